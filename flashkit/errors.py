@@ -1,0 +1,70 @@
+"""Errors a user can act on. Each class carries the process exit code the CLI returns for it.
+
+Exit codes (also in `flashkit --help`):
+  0  success
+  1  internal error (a bug in flashkit; rerun with --debug for the traceback)
+  2  usage error (bad command line)
+  3  invalid input: an env spec, an unknown env id, a repository layout problem
+  4  an env was rejected by a compatibility rule
+  5  lockfile problem: missing, stale, inconsistent, or the resolver (uv) failed
+  6  lint failed: hadolint reported findings on a rendered Dockerfile
+  7  a required external tool is missing or failed to start (uv, hadolint, docker)
+  8  not implemented yet (a subcommand another part of the project has not delivered)
+  10-19 reserved for image build / verification / publish errors
+  20-29 doctor: 20 problems found, 21 could not inspect (flashkit/doctor.py)
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+
+
+class FlashkitError(Exception):
+    """Base of every error the CLI reports as a message (no traceback unless --debug)."""
+
+    exit_code: int = EXIT_INTERNAL
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpecError(FlashkitError):
+    """An env spec (or the repository holding it) is not valid input."""
+
+    exit_code = 3
+
+
+class RuleRejected(FlashkitError):
+    """A compatibility rule rejected an env; the message names the rule, the reason and the fix."""
+
+    exit_code = 4
+
+
+class LockError(FlashkitError):
+    """A lockfile is missing, stale or inconsistent, or resolving it failed."""
+
+    exit_code = 5
+
+
+class LintError(FlashkitError):
+    """hadolint reported findings on a rendered Dockerfile."""
+
+    exit_code = 6
+
+
+class ToolError(FlashkitError):
+    """An external tool the command needs is missing or could not be run."""
+
+    exit_code = 7
+
+
+class NotImplementedYet(FlashkitError):
+    """The subcommand exists in the design but its module has not been delivered."""
+
+    exit_code = 8

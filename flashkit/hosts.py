@@ -1,0 +1,69 @@
+"""What this project's hosts can do with an env, derived from measured host facts (FACTS.md).
+
+The statement is computed, not hand-written per env, so it stays true when an env changes. Facts:
+- Build host: no GPU; reaches PyPI and Debian's mirror only (no Docker Hub, nvcr.io, quay); base
+  images can only be made locally with debootstrap (Debian bookworm/trixie).
+- GPU host: one H200 (sm_90), Python 3.12, torch 2.11.0+cu130, no docker and no network: only a
+  wheel built for the same torch travels there and can be tested on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPU_HOST_TORCH_SERIES = "2.11"
+GPU_HOST_CUDA_MAJOR = 13
+GPU_HOST_SM = "9.0"
+_UNREACHABLE = {
+    "ngc": "nvcr.io is unreachable from the build host",
+    "cuda": "Docker Hub (nvidia/cuda) is unreachable from the build host",
+    "rocm": "Docker Hub (rocm/pytorch) is unreachable from the build host",
+}
+
+
+@dataclass(frozen=True)
+class HostSupport:
+    render: bool
+    lock: bool
+    build: bool
+    cpu_tier: bool
+    gpu_tier: bool
+    why: tuple[str, ...]
+
+    def summary(self) -> str:
+        """Short form for tables: what can be done with this env on this project's hosts."""
+        if not self.build:
+            return "render+lock only"
+        return "build, cpu+gpu tests" if self.gpu_tier else "build, cpu tests"
+
+    def explain(self) -> str:
+        return f"here: {self.summary()}; " + "; ".join(self.why)
+
+
+def support(spec) -> HostSupport:
+    why: list[str] = []
+    flavor = spec.base.flavor
+    if flavor == "debian":
+        build = True
+        why.append(f"base made locally with debootstrap ({spec.base.suite}), toolchain from Debian/PyPI")
+    else:
+        build = False
+        why.append(f"image not buildable here: {_UNREACHABLE[flavor]}")
+
+    gpu = (
+        build
+        and spec.accelerator.kind == "cuda"
+        and spec.torch_series == GPU_HOST_TORCH_SERIES
+        and spec.accelerator.major == GPU_HOST_CUDA_MAJOR
+        and any(t.split("+")[0].rstrip("af") == GPU_HOST_SM for t in spec.gpu_targets)
+    )
+    if gpu:
+        why.append("the wheel can be tested on the H200 host (same torch 2.11 + CUDA 13, sm_90 built)")
+    elif spec.accelerator.kind == "rocm":
+        why.append("no AMD GPU on this project's hosts")
+    else:
+        why.append(
+            f"GPU tests not possible here: the H200 host runs torch {GPU_HOST_TORCH_SERIES}+cu130 without "
+            "docker, so only a wheel built for that torch can be run there"
+        )
+    return HostSupport(render=True, lock=True, build=build, cpu_tier=build, gpu_tier=gpu, why=tuple(why))

@@ -1,0 +1,104 @@
+"""Sessions for flashkit. `nox -l` lists them; per-env sessions are generated from envs/*.yaml.
+
+The logic lives in the `flashkit` CLI; these sessions only create environments and call it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+ENVS = sorted(p.stem for p in (ROOT / "envs").glob("*.yaml"))
+RENDER_DIR = ".work/rendered"  # git-ignored
+KIT_DEPS = ("pytest", "ruff", "nox")
+
+# uv when it is installed (fast), else virtualenv, so a fresh host with only `pip install nox` works.
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["tests", "lint"]
+nox.options.error_on_missing_interpreters = False
+
+
+def _kit(session: nox.Session) -> None:
+    session.install("-e", ".", *KIT_DEPS)
+    # Tool versions first, so a log says what ran.
+    session.run("python", "-c", "import flashkit; print('flashkit', flashkit.__version__)")
+    session.run("hadolint", "--version")
+
+
+def _has_subcommand(module: str) -> bool:
+    return (ROOT / "flashkit" / f"{module}.py").is_file()
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Kit unit tests (no docker, torch or GPU); pass -m network to include the resolver tests."""
+    _kit(session)
+    args = session.posargs or ["-m", "not network and not docker and not gpu"]
+    session.run("pytest", "tests", *args)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff on the kit, then hadolint on every env's rendered Dockerfile."""
+    _kit(session)
+    session.run("ruff", "--version")
+    session.run("ruff", "check", "flashkit", "tests", "noxfile.py", "benchmarks")
+    session.run("flashkit", "lint", "--all")
+
+
+@nox.session(name="kernels-cpu", venv_backend="virtualenv")
+def kernels_cpu(session: nox.Session) -> None:
+    """flash_kernels' CPU tier: torch 2.13.0 (CPU) + triton interpreter, no CUDA build."""
+    # pip (not uv) so that PIP_FIND_LINKS / the CPU wheel of torch on this host are honoured.
+    session.install("torch==2.13.0", "triton", "numpy", "pytest")
+    session.install("setuptools", "wheel")
+    session.install("--no-build-isolation", "--no-deps", "./flash_kernels", env={"FLASH_KERNELS_BUILD_CUDA": "0"})
+    session.run(
+        "python", "-m", "flash_kernels.selftest", "--tier", "cpu", *session.posargs, env={"TRITON_INTERPRET": "1"}
+    )
+
+
+def _env_session(kind: str, env: str, doc: str, body) -> None:
+    def session_fn(session: nox.Session) -> None:
+        body(session, env)
+
+    session_fn.__doc__ = doc
+    session_fn.__name__ = f"{kind}_{env}".replace("-", "_")
+    nox.session(name=f"{kind}-{env}", python=False if kind in ("build", "test") else None)(session_fn)
+
+
+def _lock(session: nox.Session, env: str) -> None:
+    _kit(session)
+    session.run("flashkit", "lock", env, *session.posargs)
+
+
+def _render(session: nox.Session, env: str) -> None:
+    _kit(session)
+    session.run("flashkit", "render", env, "-o", f"{RENDER_DIR}/{env}.Dockerfile", *session.posargs)
+
+
+def _delegate(command: str, module: str, issue: str):
+    def body(session: nox.Session, env: str) -> None:
+        if not _has_subcommand(module):
+            session.error(f"not yet implemented: `flashkit {command}` (flashkit/{module}.py) is delivered by {issue}")
+        # Runs on the host (python=False): docker and the base images live there, not in a venv.
+        session.run("flashkit", command, env, *session.posargs, external=True, env={"FLASHKIT_ROOT": os.fspath(ROOT)})
+
+    return body
+
+
+for _env in ENVS:
+    _env_session("lock", _env, f"Resolve lockfiles/{_env}.txt with hashes (needs PyPI).", _lock)
+    _env_session("render", _env, f"Render {_env}'s Dockerfile to {RENDER_DIR}/.", _render)
+    _env_session(
+        "build", _env, f"Build {_env}'s images and wheel (docker, BuildKit).", _delegate("build", "build", "issue 5")
+    )
+    _env_session(
+        "test",
+        _env,
+        f"Build {_env} if its inputs changed, run every tier, record verdicts.",
+        _delegate("test", "test_env", "issue 5"),
+    )

