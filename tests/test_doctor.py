@@ -1,0 +1,436 @@
+"""flashkit.doctor's diagnosis of real broken artifacts (compiled during the run) and its recommendation.
+
+The modules are real ELF objects read by flashkit.probe.inspect_module; the
+environment around them (Python version, torch, GPU) is stated as the plain
+values diagnose() takes, which is its whole interface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from flashkit import doctor, elf, probe
+
+pytest.importorskip("elftools", reason="pyelftools is needed to read ELF objects")
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "elf"
+_spec = importlib.util.spec_from_file_location("elf_fixture_build", FIXTURES / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+needs_cxxfilt = pytest.mark.skipif(shutil.which("c++filt") is None, reason="c++filt (binutils) not installed")
+
+
+def built(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except build.ToolMissing as exc:
+        pytest.skip(str(exc))
+
+
+def interpreter(version: str = "3.11.7", glibc: str = "2.36") -> probe.InterpreterFacts:
+    major, minor = version.split(".")[:2]
+    return probe.InterpreterFacts(
+        executable="/usr/bin/python3",
+        realpath="/usr/bin/python3",
+        version=version,
+        implementation="cpython",
+        tag=f"cp{major}{minor}",
+        machine="x86_64",
+        glibc=glibc,
+        ext_suffix=f".cpython-{major}{minor}-x86_64-linux-gnu.so",
+        libpython=None,
+        site_packages=("/usr/lib/python3/dist-packages",),
+    )
+
+
+def torch_facts(version="2.7.1+cu126", cuda="12.6", cxx11=True, devices=(), hip=None) -> probe.TorchFacts:
+    return probe.TorchFacts(
+        location="/site/torch",
+        imported=True,
+        import_error=None,
+        version=version,
+        cuda=cuda,
+        hip=hip,
+        cxx11_abi=cxx11,
+        cuda_available=bool(devices),
+        devices=tuple(devices),
+        arch_list=("sm_80", "sm_90", "sm_100", "sm_120") if devices else (),
+    )
+
+
+def facts(*, modules=(), python="3.11.7", glibc="2.36", torch=None, gpus=(), tools=None, distributions=()):
+    return probe.Facts(
+        interpreter=interpreter(python, glibc),
+        torch=torch,
+        nvcc=None,
+        gpus=tuple(gpus),
+        distributions=tuple(distributions),
+        modules=tuple(modules),
+        tools=tools or probe.Tools(pyelftools=True, abi3info=True, cxxfilt=True),
+        errors=(),
+    )
+
+
+def _this_interpreter() -> tuple[str, ...]:
+    """The running interpreter's binary and shared libpython: where Py* symbols come from."""
+    objs = [os.path.realpath(sys.executable)]
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        lib = Path(sysconfig.get_config_var("LIBDIR")) / sysconfig.get_config_var("LDLIBRARY")
+        if lib.exists():
+            objs.append(str(lib.resolve()))
+    return tuple(objs)
+
+
+def inspect(path: Path, *, dirs=(), abi3_minimum=None) -> probe.ModuleFacts:
+    search = elf.LibrarySearch(extra_dirs=tuple(str(d) for d in dirs), preloaded=_this_interpreter())
+    return probe.inspect_module(str(path), "flash_kernels", "flash_kernels", search, elf.ObjectCache(), abi3_minimum)
+
+
+@pytest.fixture(scope="module")
+def sm80_module(tmp_path_factory):
+    """kernel.cu compiled by nvcc for sm_80 only (shared: each nvcc run takes seconds)."""
+    return built(build.cuda_module, tmp_path_factory.mktemp("cuda") / "sm80.so", "arch=compute_80,code=sm_80")
+
+
+def codes(findings) -> list[str]:
+    return [f.code for f in findings]
+
+
+# ---------------------------------------------------------------------------
+# (1) built against another torch version
+
+
+@needs_cxxfilt
+def test_undefined_symbol_from_a_torch_signature_change(tmp_path):
+    case = built(build.setdevice_case, tmp_path)
+    module = inspect(case["module"], dirs=[case["v2"].parent])
+    diag = doctor.diagnose(facts(modules=[module], torch=torch_facts()))
+    [f] = [f for f in diag.findings if f.code == "undefined-symbol"]
+    assert f.severity == "error"
+    assert "_ZN3c104cuda9SetDeviceEi" in f.what
+    assert "c10::cuda::SetDevice(int)" in f.what
+    assert "built against another torch version" in f.cause
+    assert "c10::cuda::SetDevice(signed char)" in f.cause
+    assert "torch 2.7.1+cu126" in f.fix and "rebuild flash_kernels" in f.fix
+    assert f.details["symbol"] == "_ZN3c104cuda9SetDeviceEi"
+    assert diag.exit_code == doctor.EXIT_PROBLEMS
+
+    healthy = inspect(case["module"], dirs=[case["v1"].parent])
+    assert "undefined-symbol" not in codes(doctor.module_findings(healthy, doctor.Target()))
+
+
+# ---------------------------------------------------------------------------
+# (2) cxx11 against pre-cxx11 std::string ABI
+
+
+@needs_cxxfilt
+def test_cxx11_abi_mismatch(tmp_path):
+    case = built(build.strings_case, tmp_path)
+    module = inspect(case["module"], dirs=[case["new"].parent])
+    assert module.cxx_abi == "pre-cxx11"
+    found = doctor.module_findings(module, doctor.Target(torch_cxx11_abi=True))
+    [f] = [f for f in found if f.code == "cxx-abi-mismatch"]
+    assert f.severity == "error"
+    assert "_ZN3kit11name_lengthERKSs" in f.what
+    assert "C++ ABI mismatch" in f.cause
+    assert "_GLIBCXX_USE_CXX11_ABI=0" in f.cause and "libkitstrings.so" in f.cause
+    assert "std::__cxx11" in f.cause
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in f.fix
+    assert "undefined-symbol" not in codes(found)  # one finding, with the specific cause
+
+    # resolving against the provider of its own ABI: no error, but the ABI still differs from torch's
+    ok = inspect(case["module"], dirs=[case["old"].parent])
+    [w] = doctor.module_findings(ok, doctor.Target(torch_cxx11_abi=True))
+    assert (w.severity, w.code) == ("warning", "cxx-abi-mismatch")
+
+
+# ---------------------------------------------------------------------------
+# (3) GPU arch
+
+
+def test_no_cubin_or_ptx_for_the_gpu(tmp_path, sm80_module):
+    sm80 = inspect(sm80_module)
+    assert sm80.cuda.cubins == ("sm_80",)
+    [f] = [f for f in doctor.module_findings(sm80, doctor.Target(capabilities=("9.0",))) if f.code == "no-gpu-code"]
+    assert f.severity == "error"
+    assert f.what.startswith("no cubin/PTX for sm_90")
+    assert "TORCH_CUDA_ARCH_LIST=9.0" in f.fix
+    assert doctor.module_findings(sm80, doctor.Target(capabilities=("8.6",))) == []
+
+    ptx = inspect(built(build.cuda_module, tmp_path / "ptx80.so", "arch=compute_80,code=compute_80"))
+    [j] = doctor.module_findings(ptx, doctor.Target(capabilities=("9.0",)))
+    assert (j.severity, j.code) == ("info", "ptx-jit")
+    assert "compute_80" in j.what and "JIT" in j.what
+
+
+def test_gpu_of_the_machine_is_checked_without_asking(sm80_module):
+    sm80 = inspect(sm80_module)
+    h200 = probe.Gpu("NVIDIA H200", "9.0", "580.159", 143771)
+    diag = doctor.diagnose(facts(modules=[sm80], gpus=[h200], torch=torch_facts("2.11.0+cu130", "13.0")))
+    assert "no-gpu-code" in codes(diag.findings)
+
+
+# ---------------------------------------------------------------------------
+# (4) Python tag and abi3
+
+
+def test_python_tag_mismatch(tmp_path):
+    ext = built(build.python_extension, tmp_path / "pyext.cpython-311-x86_64-linux-gnu.so")
+    module = inspect(ext)
+    assert module.tag.label == "cp311"
+    found = doctor.module_findings(module, doctor.Target(python=(3, 12)))
+    [f] = [f for f in found if f.code == "python-tag-mismatch"]
+    assert "built for CPython 3.11" in f.what and "Python 3.12" in f.what
+    assert "Python tag mismatch" in f.cause
+    assert "python-tag-mismatch" not in codes(doctor.module_findings(module, doctor.Target(python=(3, 11))))
+
+
+def test_abi3_module_using_a_non_limited_symbol(tmp_path):
+    pytest.importorskip("abi3info", reason="abi3info provides the stable-ABI symbol list")
+    ext = built(build.python_extension, tmp_path / "pyext.abi3.so")
+    module = inspect(ext, abi3_minimum=(3, 9))
+    [f] = [f for f in doctor.module_findings(module, doctor.Target(python=(3, 12))) if f.code == "abi3-unclean"]
+    assert "PyUnicode_AsUTF8" in f.what and "not abi3-clean" in f.cause
+    assert f.details["symbols"] == ["PyUnicode_AsUTF8"]
+
+    clean = inspect(
+        built(build.python_extension, tmp_path / "clean" / "pyext.abi3.so", limited_api="0x030a0000"),
+        abi3_minimum=(3, 10),
+    )
+    assert doctor.module_findings(clean, doctor.Target(python=(3, 12))) == []
+
+
+# ---------------------------------------------------------------------------
+# (5) glibc and other versioned libraries
+
+
+def test_glibc_too_old_for_a_manylinux_policy(tmp_path):
+    module = inspect(built(build.threads_module, tmp_path / "libthreads.so"))
+    if module.glibc_required != "2.34":
+        pytest.skip(f"host glibc links pthread_create at GLIBC_{module.glibc_required}, not 2.34")
+    [f] = doctor.module_findings(module, doctor.Target(glibc="2.36", glibc_policy="manylinux_2_28"))
+    assert (f.severity, f.code) == ("error", "glibc-too-old")
+    assert "requires glibc 2.34" in f.what and "manylinux_2_28" in f.what and "2.28" in f.what
+    assert f.cause.startswith("glibc too old")
+    # the same module on a machine whose glibc is 2.28
+    [g] = doctor.module_findings(module, doctor.Target(glibc="2.28"))
+    assert "this system's glibc 2.28" in g.what
+    assert doctor.module_findings(module, doctor.Target(glibc="2.36", glibc_policy="manylinux_2_34")) == []
+
+
+def test_library_version_missing(tmp_path):
+    case = built(build.versioned_case, tmp_path)
+    module = inspect(case["module"], dirs=[case["v1"].parent])
+    found = doctor.module_findings(module, doctor.Target())
+    assert codes(found) == ["library-too-old", "undefined-symbol"]
+    assert "VERSIONED_2.0" in found[0].what and "VERSIONED_1.0" in found[0].what
+
+
+def test_missing_library(tmp_path):
+    case = built(build.setdevice_case, tmp_path)
+    module = inspect(case["module"])
+    [f] = doctor.module_findings(module, doctor.Target())
+    assert f.code == "missing-library" and "libc10_cuda.so" in f.what
+    assert "torch" in f.cause
+    assert "_ZN3c104cuda9SetDeviceEi" in f.details["unresolved"]
+
+
+# ---------------------------------------------------------------------------
+# What cannot be inspected is said, not guessed
+
+
+def test_unreadable_module_is_uninspected(tmp_path):
+    junk = tmp_path / "_C.abi3.so"
+    junk.write_bytes(b"\x7fELF" + b"\0" * 8)
+    module = inspect(junk)
+    diag = doctor.diagnose(facts(modules=[module], torch=torch_facts()))
+    assert [f.code for f in diag.findings if f.severity == "uninspected"] == ["module-uninspected"]
+    assert diag.exit_code == doctor.EXIT_UNINSPECTED
+    assert diag.status == "uninspected"
+
+
+def test_pyelftools_missing_is_a_finding():
+    module = probe.ModuleFacts(
+        "/site/flash_kernels/_C.abi3.so",
+        "flash_kernels",
+        None,
+        elf.extension_tag("_C.abi3.so"),
+        errors=(probe.StepError("read ELF", str(elf.ElfToolsMissing())),),
+    )
+    diag = doctor.diagnose(
+        facts(
+            modules=[module],
+            torch=torch_facts(),
+            tools=probe.Tools(pyelftools=False, abi3info=False, cxxfilt=True),
+        )
+    )
+    f = next(f for f in diag.findings if f.code == "pyelftools-missing")
+    assert f.what == "pyelftools not installed: symbol checks skipped"
+    assert diag.exit_code == doctor.EXIT_UNINSPECTED
+    none = doctor.diagnose(facts(torch=torch_facts(), tools=probe.Tools(False, False, True)))
+    assert next(f for f in none.findings if f.code == "pyelftools-missing").severity == "info"
+
+
+def test_environment_findings():
+    missing = doctor.diagnose(facts())
+    assert "torch-missing" in codes(missing.findings) and missing.exit_code == 20
+    broken = doctor.diagnose(
+        facts(
+            torch=probe.TorchFacts("/site/torch", False, "ImportError: libcudart.so.13: cannot open shared object file")
+        )
+    )
+    [f] = [f for f in broken.findings if f.code == "torch-import-failed"]
+    assert "libcudart.so.13" in f.what and "libcudart.so.13" in f.cause
+    old_driver = doctor.diagnose(
+        facts(torch=torch_facts("2.11.0+cu130", "13.0"), gpus=[probe.Gpu("NVIDIA A100", "8.0", "550.54", 40960)])
+    )
+    assert "driver-too-old" in codes(old_driver.findings)
+
+
+# ---------------------------------------------------------------------------
+# Recommendation against the repository's real env specs
+
+
+@pytest.fixture(scope="module")
+def specs():
+    spec = pytest.importorskip("flashkit.spec")
+    found = spec.load_all(REPO)
+    if not found:
+        pytest.skip("no env specs under envs/")
+    return found
+
+
+def _env(specs, env_id):
+    return next((s for s in specs if str(s.id) == env_id), None)
+
+
+def test_gpu_host_gets_cu130_torch211(specs):
+    if _env(specs, "cu130-torch211") is None:
+        pytest.skip("envs/cu130-torch211.yaml not present")
+    h200 = probe.Gpu("NVIDIA H200", "9.0", "580.159", 143771)
+    gpu_host = facts(
+        python="3.12.3",
+        glibc="2.39",
+        torch=torch_facts("2.11.0+cu130", "13.0", devices=[probe.Device("NVIDIA H200", "9.0")]),
+        gpus=[h200],
+    )
+    diag = doctor.diagnose(gpu_host, specs=specs, records={}, lockfiles={})
+    rec = diag.recommendation
+    assert rec.env == "cu130-torch211"
+    assert rec.mismatched == ("python",)
+    assert rec.add_spec is None  # only the image's Python differs
+    assert rec.verification.startswith("not verified")
+    assert diag.exit_code == 0, diag.findings
+
+
+def test_recommendation_names_the_spec_to_add(specs):
+    odd = facts(python="3.12.3", torch=torch_facts("2.9.1+cu129", "12.9"))
+    rec = doctor.diagnose(odd, specs=specs).recommendation
+    assert not rec.exact
+    assert rec.add_spec.startswith("add envs/cu129-torch29.yaml")
+    assert 'torch: "2.9.1"' in rec.add_spec
+
+
+def test_recommendation_reads_the_verification_record(specs):
+    env = str(specs[0].id)
+    record = {
+        "schema": 1,
+        "env": env,
+        "latest": "abc123def4567890",
+        "entries": {"abc123def4567890": {"tiers": {"build": {"verdict": "passed"}, "gpu": {"verdict": "not-run"}}}},
+    }
+    spec = specs[0]
+    t = torch_facts(
+        f"{spec.torch}+cu",
+        spec.accelerator.version if spec.accelerator.kind == "cuda" else None,
+        cxx11=spec.cxx11_abi,
+        hip=spec.accelerator.version if spec.accelerator.kind == "rocm" else None,
+    )
+    rec = doctor.diagnose(
+        facts(python=f"{spec.python}.1", torch=t),
+        specs=specs,
+        records={env: record},
+        lockfiles={env: f"lockfiles/{env}.txt"},
+    ).recommendation
+    assert rec.env == env
+    assert rec.verification == "record for input hash abc123def456: build passed, gpu not-run"
+    assert rec.lockfile == f"lockfiles/{env}.txt"
+
+
+def test_json_is_stable_and_serialisable(tmp_path):
+    case = built(build.setdevice_case, tmp_path)
+    module = inspect(case["module"], dirs=[case["v2"].parent])
+    f = facts(modules=[module], torch=torch_facts())
+    diag = doctor.diagnose(f)
+    data = json.loads(json.dumps(doctor.to_json(diag, f)))
+    assert data["schema_version"] == doctor.SCHEMA_VERSION == 1
+    assert data["status"] == "problems" and data["exit_code"] == 20
+    assert set(data["findings"][0]) == {"severity", "code", "subject", "what", "cause", "fix", "details"}
+    assert data["facts"]["modules"][0]["tag"]["kind"] == "plain"
+
+
+def test_finding_refuses_an_unknown_severity():
+    with pytest.raises(ValueError, match="severity"):
+        doctor.Finding("fatal", "x", "y", "z")
+    assert dataclasses.is_dataclass(doctor.Finding("info", "x", "y", "z"))
+
+
+def test_facts_survive_json(tmp_path, sm80_module):
+    """Facts probed on one host (a GPU box, an image) are diagnosed on another: to_json/from_json round trip."""
+    case = built(build.setdevice_case, tmp_path / "sd")
+    cuda = inspect(sm80_module)
+    module = inspect(case["module"], dirs=[case["v2"].parent])
+    f = facts(
+        modules=[module, cuda],
+        torch=torch_facts(devices=[probe.Device("NVIDIA H200", "9.0")]),
+        gpus=[probe.Gpu("NVIDIA H200", "9.0", "580.159", 143771)],
+    )
+    again = probe.Facts.from_json(json.loads(json.dumps(f.to_json())))
+    assert again == f
+    assert doctor.diagnose(again) == doctor.diagnose(f)
+    with pytest.raises(ValueError, match="not the facts of a flashkit probe"):
+        probe.Facts.from_json({"interpreter": None})
+
+
+def test_loader_message_names_the_symbol_without_pyelftools():
+    """No ELF reading possible: the import error's own 'undefined symbol' still gets a cause."""
+    module = probe.ModuleFacts(
+        "/site/flash_kernels/_C.abi3.so",
+        "flash_kernels",
+        "flash_kernels",
+        elf.extension_tag("_C.abi3.so"),
+        extension=None,
+        import_error="ImportError: /site/flash_kernels/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        import_tried=True,
+        loader_symbol=("_ZN3c104cuda9SetDeviceEi", "c10::cuda::SetDevice(int)"),
+        errors=(probe.StepError("read ELF", str(elf.ElfToolsMissing())),),
+    )
+    found = doctor.module_findings(module, doctor.Target(torch_version="2.11.0+cu130"))
+    [f] = [f for f in found if f.code == "undefined-symbol"]
+    assert "c10::cuda::SetDevice(int)" in f.what
+    assert f.cause.startswith("built against another torch version")
+    assert f.details["source"] == "loader message"
+
+
+def test_recommendation_asks_for_a_missing_gpu_target(specs):
+    if _env(specs, "cu130-torch211") is None:
+        pytest.skip("envs/cu130-torch211.yaml not present")
+    blackwell = facts(
+        python="3.11.7",
+        torch=torch_facts("2.11.0+cu130", "13.0", devices=[probe.Device("NVIDIA RTX PRO 6000", "12.0")]),
+        gpus=[probe.Gpu("NVIDIA RTX PRO 6000", "12.0", "580.159", 97887)],
+    )
+    rec = doctor.diagnose(blackwell, specs=specs).recommendation
+    assert rec.env == "cu130-torch211" and rec.mismatched == ("gpu_targets",)
+    assert rec.add_spec == "add '12.0' to gpu_targets in envs/cu130-torch211.yaml"
