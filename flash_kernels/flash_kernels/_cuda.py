@@ -1,0 +1,131 @@
+"""The CUDA C++ backend: the compiled ops (flash_kernels._C) behind the interface dispatch.py calls.
+
+``import flash_kernels._C`` loads the extension, whose TORCH_LIBRARY block registers
+``torch.ops.flash_kernels_cuda.{fwd,bwd,compiled_head_dims}``. A Triton-only wheel has no ``_C``;
+then ``is_built()`` is False and ``unsupported_reason`` says so, and dispatch uses Triton.
+
+What the CUDA path covers (everything else has a reason from ``unsupported_reason``):
+fp16/bf16 on sm_80+, head dims listed by ``compiled_head_dims()``, causal (bottom-right aligned),
+sliding window, MQA/GQA, dense (b, s, h, d) tensors with a contiguous, 16-byte aligned last dim.
+The backward is deterministic always (no atomics).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+try:
+    from . import _C  # noqa: F401  (importing registers the ops)
+
+    _IMPORT_ERROR: str | None = None
+except ImportError as exc:  # Triton-only wheel, or an extension built for another torch
+    _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def is_built() -> bool:
+    """True when the compiled extension loaded and registered its ops."""
+    return _IMPORT_ERROR is None and hasattr(torch.ops.flash_kernels_cuda, "fwd")
+
+
+def import_error() -> str | None:
+    """Why the extension did not load (None when it did)."""
+    return _IMPORT_ERROR
+
+
+@functools.lru_cache(maxsize=1)
+def compiled_head_dims() -> tuple[int, ...]:
+    return tuple(torch.ops.flash_kernels_cuda.compiled_head_dims())
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def _layout_reason(name: str, t: torch.Tensor) -> str | None:
+    if t.stride(-1) != 1:
+        return f"{name} has a non-contiguous last dim (stride {t.stride(-1)})"
+    if t.data_ptr() % 16:
+        return f"{name} is not 16-byte aligned"
+    for dim in range(t.dim() - 1):
+        if t.size(dim) > 1 and t.stride(dim) % 8:
+            return f"{name} stride({dim}) = {t.stride(dim)} is not a multiple of 8 elements"
+    return None
+
+
+def unsupported_reason(q, k, v, *, causal, window_size, softcap, alibi_slopes, dropout_p,
+                       is_varlen) -> str | None:
+    """None when the CUDA path supports this call, else a short reason a person can act on."""
+    if not is_built():
+        return f"the CUDA extension is not built or failed to load ({_IMPORT_ERROR or 'ops missing'})"
+    if torch.version.hip is not None:
+        return "ROCm build of torch: the CUDA kernels are NVIDIA-only"
+    if is_varlen:
+        return "varlen (packed sequences) is not implemented in the CUDA path yet"
+    if dropout_p:
+        return f"dropout (p={dropout_p}) is not implemented in the CUDA path"
+    if alibi_slopes is not None:
+        return "ALiBi is not implemented in the CUDA path"
+    if softcap:
+        return f"softcap ({softcap}) is not implemented in the CUDA path"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            return f"{name} is on {t.device}, not a CUDA GPU"
+        if t.dim() != 4:
+            return f"{name} is {t.dim()}-D; the CUDA path takes (batch, seqlen, heads, head_dim)"
+    major, minor = _capability(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    if major < 8:
+        return f"GPU is sm_{major}{minor}; the CUDA kernels need sm_80 or newer"
+    if q.dtype not in _DTYPES:
+        return f"dtype {q.dtype} is not supported by the CUDA path (float16, bfloat16)"
+    if not (q.dtype == k.dtype == v.dtype):
+        return "q, k and v dtypes differ"
+    head_dim = q.shape[-1]
+    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        return "q, k and v head dims differ"
+    dims = compiled_head_dims()
+    if head_dim not in dims:
+        return f"head dim {head_dim} not compiled in the CUDA path (compiled: {', '.join(map(str, dims))})"
+    if k.shape[2] == 0 or q.shape[2] % k.shape[2]:
+        return f"q heads ({q.shape[2]}) are not a multiple of k/v heads ({k.shape[2]})"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        reason = _layout_reason(name, t)
+        if reason:
+            return reason
+    return None
+
+
+def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
+    # Gradients from autograd may arrive with broadcast (stride 0) or transposed layouts.
+    return t if _layout_reason("", t) is None else t.contiguous()
+
+
+def fwd(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
+    """(out, lse): out like q, lse (batch, heads_q, seqlen_q) float32 in natural log."""
+    return torch.ops.flash_kernels_cuda.fwd(q, k, v, float(softmax_scale), bool(causal), int(window_left),
+                                            int(window_right), float(softcap))
+
+
+def bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    """(dq, dk, dv) like q, k, v. Always deterministic (no atomics), whatever ``deterministic`` says."""
+    return torch.ops.flash_kernels_cuda.bwd(_kernel_ready(dout), q, k, v, _kernel_ready(out),
+                                            lse.contiguous(), float(softmax_scale), bool(causal),
+                                            int(window_left), int(window_right), float(softcap),
+                                            bool(deterministic))
+
+
+if is_built():
+    # Shapes for torch.compile / FakeTensor tracing through the raw ops.
+    @torch.library.register_fake("flash_kernels_cuda::fwd")
+    def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
+        batch, seqlen_q, heads_q, _ = q.shape
+        return q.new_empty(q.shape), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
+
+    @torch.library.register_fake("flash_kernels_cuda::bwd")
+    def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
+                  deterministic):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)

@@ -1,0 +1,208 @@
+"""The attention operators, registered with torch.library so torch.compile can trace through them.
+
+Each op receives the backend chosen by the caller ("triton" or "cuda") as a string argument, so
+a compiled graph records which implementation it runs. Fake (meta) implementations give
+torch.compile the output shapes; the autograd formulas call the backward ops.
+Causal attention arrives here folded into the window (right bound 0), as flash_attn does.
+No ``from __future__ import annotations`` here: torch.library reads the annotations to build
+each op's schema, and older torch (2.4-2.6) does not evaluate string annotations.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .dispatch import cuda_backend
+
+
+def _triton():
+    """The Triton kernels, imported on first use so that `import flash_kernels` works without triton."""
+    try:
+        from . import triton_attention
+    except ImportError as e:
+        raise RuntimeError(
+            f"the Triton backend needs the `triton` package, which failed to import ({e}); install "
+            "the triton that matches your torch (CUDA wheels of torch bring it), or "
+            "`pip install flash_kernels[triton]` on a CPU-only torch") from e
+    return triton_attention
+
+
+def _cuda():
+    module = cuda_backend()
+    if module is None:  # dispatch checked this; kept for ops called directly
+        raise RuntimeError("flash_kernels::* got backend='cuda' but the CUDA extension is not built")
+    return module
+
+
+def _is_causal(window_left: int, window_right: int) -> bool:
+    return window_right == 0 and window_left < 0
+
+
+# ----------------------------------------------------------------------------- dense
+@torch.library.custom_op("flash_kernels::fwd", mutates_args=())
+def attn_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
+             window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+             deterministic: bool, backend: str) -> tuple[Tensor, Tensor]:
+    if backend == "cuda":
+        return _cuda().fwd(q, k, v, softmax_scale, _is_causal(window_left, window_right),
+                           window_left, window_right, softcap)
+    return _triton().attention_forward(q, k, v, softmax_scale, window_left, window_right,
+                                              softcap, alibi_slopes)
+
+
+@attn_fwd.register_fake
+def _(q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, deterministic,
+      backend):
+    batch, seqlen_q, nheads_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty((batch, nheads_q, seqlen_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("flash_kernels::bwd", mutates_args=())
+def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+             softmax_scale: float, window_left: int, window_right: int, softcap: float,
+             alibi_slopes: Optional[Tensor], deterministic: bool,
+             backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    if backend == "cuda":
+        return _cuda().bwd(dout, q, k, v, out, lse, softmax_scale,
+                           _is_causal(window_left, window_right), window_left, window_right,
+                           softcap, deterministic)
+    return _triton().attention_backward(dout, q, k, v, out, lse, softmax_scale,
+                                               window_left, window_right, softcap, alibi_slopes)
+
+
+@attn_bwd.register_fake
+def _(dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+      deterministic, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _fwd_setup(ctx, inputs, output):
+    (q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, deterministic,
+     backend) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
+    ctx.args = (softmax_scale, window_left, window_right, softcap, deterministic, backend)
+
+
+def _fwd_backward(ctx, dout, dlse):
+    # Like flash_attn, the gradient flows through `out` only; lse is an auxiliary output.
+    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
+    softmax_scale, window_left, window_right, softcap, deterministic, backend = ctx.args
+    dq, dk, dv = attn_bwd(dout, q, k, v, out, lse, softmax_scale, window_left, window_right,
+                          softcap, alibi_slopes, deterministic, backend)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+attn_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
+
+
+# ----------------------------------------------------------------------------- varlen
+@torch.library.custom_op("flash_kernels::varlen_fwd", mutates_args=())
+def attn_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+                    window_left: int, window_right: int, softcap: float,
+                    alibi_slopes: Optional[Tensor], deterministic: bool,
+                    backend: str) -> tuple[Tensor, Tensor]:
+    if backend == "cuda":
+        return _cuda().varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  softmax_scale, _is_causal(window_left, window_right),
+                                  window_left, window_right, softcap)
+    return _triton().attention_forward(
+        q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+
+@attn_varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+      window_left, window_right, softcap, alibi_slopes, deterministic, backend):
+    total_q, nheads_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty((nheads_q, total_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("flash_kernels::varlen_bwd", mutates_args=())
+def attn_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                    cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
+                    max_seqlen_k: int, softmax_scale: float, window_left: int,
+                    window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+                    deterministic: bool, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    if backend == "cuda":
+        return _cuda().varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                  max_seqlen_q, max_seqlen_k, softmax_scale,
+                                  _is_causal(window_left, window_right), window_left,
+                                  window_right, softcap, deterministic)
+    return _triton().attention_backward(
+        dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+
+@attn_varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, window_left, window_right, softcap, alibi_slopes, deterministic, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _varlen_setup(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_sq, max_sk, softmax_scale, window_left, window_right, softcap,
+     alibi_slopes, deterministic, backend) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi_slopes)
+    ctx.args = (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, deterministic,
+                backend)
+
+
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k, alibi_slopes = ctx.saved_tensors
+    (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, deterministic,
+     backend) = ctx.args
+    dq, dk, dv = attn_varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_sq, max_sk,
+                                 softmax_scale, window_left, window_right, softcap,
+                                 alibi_slopes, deterministic, backend)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+
+
+attn_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup)
+
+
+# ----------------------------------------------------------------------------- kv cache
+@torch.library.custom_op("flash_kernels::kvcache_fwd", mutates_args=("k_cache", "v_cache"))
+def attn_kvcache_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor],
+                     v_new: Optional[Tensor], cache_seqlens: Tensor,
+                     cache_batch_idx: Optional[Tensor], softmax_scale: float, window_left: int,
+                     window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+                     num_splits: int) -> tuple[Tensor, Tensor]:
+    batch, seqlen_q, nheads_q, _ = q.shape
+    nheads_k = k_cache.shape[2]
+    seqlens_k = cache_seqlens
+    if k_new is not None:
+        # Append in place at each sequence's current end, then attend over old + new keys.
+        rows = (torch.arange(batch, device=q.device) if cache_batch_idx is None
+                else cache_batch_idx.long())
+        positions = cache_seqlens.long()[:, None] + torch.arange(k_new.shape[1], device=q.device)
+        k_cache[rows[:, None], positions] = k_new
+        v_cache[rows[:, None], positions] = v_new
+        seqlens_k = cache_seqlens + k_new.shape[1]
+    seqlens_k = seqlens_k.to(torch.int32).contiguous()
+    group = nheads_q // nheads_k
+    pack_gqa = group > 1 and seqlen_q * group <= 128
+    splits = num_splits
+    if splits <= 0:
+        splits = _triton().decode_num_splits(
+            batch, nheads_k if pack_gqa else nheads_q, seqlen_q * (group if pack_gqa else 1),
+            k_cache.shape[1])
+    else:
+        splits = min(1 << (splits - 1).bit_length(), 128)  # the combine kernel wants a power of 2
+    return _triton().attention_forward(
+        q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        seqlens_k=seqlens_k,
+        batch_idx=None if cache_batch_idx is None else cache_batch_idx.to(torch.int32).contiguous(),
+        num_splits=splits, pack_gqa=pack_gqa)
+
+
+@attn_kvcache_fwd.register_fake
+def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, softmax_scale,
+      window_left, window_right, softcap, alibi_slopes, num_splits):
+    batch, seqlen_q, nheads_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty((batch, nheads_q, seqlen_q), dtype=torch.float32)

@@ -1,0 +1,77 @@
+"""Plain PyTorch attention: the float32 reference and the same computation in the input dtype.
+
+The acceptance criterion (flash-attention's): for the output and each gradient,
+    max|ours - ref32| <= 2 * max|torch_in_dtype - ref32| + slack,
+where ref32 is this function on float32-upcast inputs, torch_in_dtype is this function on the
+inputs as given (matmuls and softmax in fp16/bf16), and the slack is half a unit in the last
+place of the input dtype at the reference's largest magnitude (fp16 2^-11, bf16 2^-8,
+fp32 2^-24 relative) plus an absolute 1e-4 (fp16/bf16; a tenth of an fp16 ulp at 1.0) or
+1e-5 (fp32). The slack covers results that torch happens to compute exactly (seqlen_k = 1:
+out = v and dk = 0 exactly) while a correct kernel still rounds, or cancels to ~1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+HALF_ULP = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}
+ABS_SLACK = {torch.float16: 1e-4, torch.bfloat16: 1e-4, torch.float32: 1e-5}
+
+
+def attention_ref(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
+                  softmax_scale=None, seqlens_k=None, upcast=True):
+    """q (b, sq, hq, d); k, v (b, sk, hk, d). Returns (out, lse) with out in q's dtype
+    (float32 when upcast). seqlens_k (b,) limits the keys of each batch row (KV cache)."""
+    dtype = torch.float32 if upcast else q.dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    batch, seqlen_q, nheads_q, head_dim = q.shape
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    group = nheads_q // nheads_k
+    k = k.repeat_interleave(group, dim=2)
+    v = v.repeat_interleave(group, dim=2)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    if seqlens_k is None:
+        seqlens_k = torch.full((batch,), seqlen_k, dtype=torch.long, device=q.device)
+    sk_b = seqlens_k.long().view(batch, 1, 1, 1)
+    rows = torch.arange(seqlen_q, device=q.device).view(1, 1, -1, 1)
+    cols = torch.arange(seqlen_k, device=q.device).view(1, 1, 1, -1)
+    key_pos = rows + sk_b - seqlen_q  # bottom-right alignment
+    keep = cols < sk_b
+    left, right = window
+    if causal:
+        right = 0
+    if left >= 0:
+        keep = keep & (cols >= key_pos - left)
+    if right >= 0:
+        keep = keep & (cols <= key_pos + right)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float()
+        slopes = slopes.view(1, nheads_q, 1, 1) if slopes.dim() == 1 else slopes.view(batch, nheads_q, 1, 1)
+        scores = scores + (-slopes * (key_pos - cols).abs()).to(scores.dtype)
+    scores = scores.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(scores.float(), dim=-1)
+    attn = torch.softmax(scores, dim=-1).to(v.dtype)
+    attn = attn.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)  # rows that see no key
+    out = torch.einsum("bhqk,bkhd->bqhd", attn, v)
+    return out, lse
+
+
+def slack(ref: torch.Tensor, dtype: torch.dtype) -> float:
+    return HALF_ULP[dtype] * ref.abs().max().item() + ABS_SLACK[dtype]
+
+
+def check_close(name: str, ours: torch.Tensor, ref: torch.Tensor, pt: torch.Tensor,
+                dtype: torch.dtype) -> None:
+    """Raise AssertionError unless ours meets the criterion described in the module docstring."""
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
+    assert not torch.isnan(ours).any(), f"{name}: NaN in the result (unwritten or bad element)"
+    err = (ours.float() - ref.float()).abs().max().item()
+    pt_err = (pt.float() - ref.float()).abs().max().item()
+    bound = 2 * pt_err + slack(ref, dtype)
+    assert err <= bound, (f"{name}: max error {err:.3e} > bound {bound:.3e} "
+                          f"(2 x torch-in-{dtype} error {pt_err:.3e} + slack)")

@@ -1,0 +1,121 @@
+"""Bad calls fail on the host, before any launch, with an exception that says what to change."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flash_kernels as fk
+from flash_kernels import dispatch
+from flash_kernels.errors import (
+    BackendUnavailableError,
+    UnsupportedDeviceError,
+    UnsupportedInputError,
+)
+
+
+def _qkv(device, dtype=torch.float16, shape=(1, 8, 2, 64), kshape=None):
+    kshape = kshape or shape
+    return (torch.randn(shape, device=device).to(dtype), torch.randn(kshape, device=device).to(dtype),
+            torch.randn(kshape, device=device).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+def test_bad_dtype(device, dtype):
+    with pytest.raises(UnsupportedInputError, match="dtype"):
+        fk.flash_attn_func(*_qkv(device, dtype))
+
+
+def test_mixed_dtypes(device):
+    q, k, v = _qkv(device)
+    with pytest.raises(UnsupportedInputError, match="share one dtype"):
+        fk.flash_attn_func(q, k.float(), v)
+
+
+def test_head_dim_too_large(device):
+    with pytest.raises(UnsupportedInputError, match="head dim must be between 1 and 256"):
+        fk.flash_attn_func(*_qkv(device, shape=(1, 4, 1, 264)))
+
+
+def test_head_dims_differ(device):
+    q, k, v = _qkv(device)
+    with pytest.raises(UnsupportedInputError, match="same head dim"):
+        fk.flash_attn_func(q, k, v[..., :32])
+
+
+def test_heads_not_multiple(device):
+    with pytest.raises(UnsupportedInputError, match="multiple"):
+        fk.flash_attn_func(*_qkv(device, shape=(1, 8, 3, 64), kshape=(1, 8, 2, 64)))
+
+
+def test_wrong_rank(device):
+    q, k, v = _qkv(device)
+    with pytest.raises(UnsupportedInputError, match="4 dimensions"):
+        fk.flash_attn_func(q[0], k[0], v[0])
+
+
+def test_dropout_not_implemented(device):
+    with pytest.raises(NotImplementedError, match="dropout"):
+        fk.flash_attn_func(*_qkv(device), dropout_p=0.1)
+
+
+def test_bad_window(device):
+    with pytest.raises(UnsupportedInputError, match="window_size"):
+        fk.flash_attn_func(*_qkv(device), window_size=3)
+
+
+def test_bad_alibi(device):
+    with pytest.raises(UnsupportedInputError, match="alibi_slopes"):
+        fk.flash_attn_func(*_qkv(device), alibi_slopes=torch.ones(5, device=device))
+
+
+def test_varlen_bad_cu_seqlens(device):
+    q = torch.randn(10, 2, 64, device=device).half()
+    cu = torch.tensor([0, 10], device=device)  # int64, not int32
+    with pytest.raises(UnsupportedInputError, match="int32"):
+        fk.flash_attn_varlen_func(q, q, q, cu, cu, 10, 10)
+
+
+def test_kvcache_unsupported_options(device):
+    q, k, v = _qkv(device, shape=(1, 1, 2, 64), kshape=(1, 16, 2, 64))
+    with pytest.raises(NotImplementedError, match="rotary_cos"):
+        fk.flash_attn_with_kvcache(q, k, v, rotary_cos=torch.ones(1, device=device))
+    with pytest.raises(NotImplementedError, match="block_table"):
+        fk.flash_attn_with_kvcache(q, k, v, block_table=torch.zeros(1, 1, device=device))
+
+
+def test_kvcache_append_overflow(device):
+    q, k, v = _qkv(device, shape=(1, 1, 2, 64), kshape=(1, 16, 2, 64))
+    kn = torch.randn(1, 4, 2, 64, device=device).half()
+    with pytest.raises(UnsupportedInputError, match="cache length"):
+        fk.flash_attn_with_kvcache(q, k, v, kn, kn, cache_seqlens=14)
+
+
+def test_unknown_backend_env(device, monkeypatch):
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "fastest")
+    with pytest.raises(UnsupportedInputError, match="FLASH_KERNELS_BACKEND"):
+        fk.flash_attn_func(*_qkv(device))
+
+
+def test_forced_cuda_unavailable_names_reason(device, monkeypatch):
+    q, k, v = _qkv(device)
+    features = dispatch.Features(causal=False, window_size=(-1, -1), softcap=0.0,
+                                 alibi_slopes=None, dropout_p=0.0, is_varlen=False)
+    reason = dispatch.cuda_unsupported_reason(q, k, v, features)
+    if reason is None:
+        pytest.skip("the CUDA backend supports this call here, so forcing it cannot fail")
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "cuda")
+    with pytest.raises(BackendUnavailableError, match="CUDA backend cannot run this call"):
+        fk.flash_attn_func(q, k, v)
+
+
+def test_cpu_without_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(UnsupportedDeviceError, match="CPU"):
+        fk.flash_attn_func(*_qkv(torch.device("cpu")))
+
+
+def test_bf16_refused_by_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(UnsupportedDeviceError, match="bfloat16"):
+        fk.flash_attn_func(*_qkv(torch.device("cpu"), torch.bfloat16))
