@@ -1,0 +1,49 @@
+// Which (query, key) pairs are visible: the one definition the forward and both backward kernels share.
+#pragma once
+#include "attn_params.h"
+
+namespace flash_kernels {
+
+// Sequence bounds plus the causal / sliding-window band (see AttnParams for the convention).
+template <bool kBanded>
+__device__ __forceinline__ bool key_visible(const AttnParams& p, int query, int key) {
+  if (key >= p.seqlen_k) return false;
+  if (!kBanded) return true;
+  const int rel = key - query - p.diag_offset;
+  return rel >= -p.window_left && rel <= p.window_right;
+}
+
+// True when every pair of the block [q0, q0+nq) x [k0, k0+nk) is visible, so per-element masking can be
+// skipped (the common case far from the diagonal and the sequence end).
+template <bool kBanded>
+__device__ __forceinline__ bool block_fully_visible(const AttnParams& p, int q0, int nq, int k0, int nk) {
+  if (k0 + nk > p.seqlen_k) return false;
+  if (!kBanded) return true;
+  const int rel_max = (k0 + nk - 1) - q0 - p.diag_offset;
+  const int rel_min = k0 - (q0 + nq - 1) - p.diag_offset;
+  return rel_max <= p.window_right && rel_min >= -p.window_left;
+}
+
+// Keys [begin, end) that queries [q0, q0 + nq) can see at all.
+template <bool kBanded>
+__device__ __forceinline__ void key_range(const AttnParams& p, int q0, int nq, int& begin, int& end) {
+  begin = 0;
+  end = p.seqlen_k;
+  if (kBanded) {
+    begin = max(0, q0 + p.diag_offset - p.window_left);
+    end = min(p.seqlen_k, q0 + nq - 1 + p.diag_offset + p.window_right + 1);
+  }
+}
+
+// Queries [begin, end) that can see at least one of keys [k0, k0 + nk).
+template <bool kBanded>
+__device__ __forceinline__ void query_range(const AttnParams& p, int k0, int nk, int& begin, int& end) {
+  begin = 0;
+  end = p.seqlen_q;
+  if (kBanded) {
+    begin = max(0, k0 - p.diag_offset - p.window_right);
+    end = min(p.seqlen_q, k0 + nk - 1 - p.diag_offset + p.window_left + 1);
+  }
+}
+
+}  // namespace flash_kernels

@@ -1,0 +1,201 @@
+// Host side of the CUDA path: validates inputs at the boundary, fills AttnParams, picks the compiled
+// launcher from the generated dispatch table, and registers the ops with torch's dispatcher:
+//   torch.ops.flash_kernels_cuda.fwd / .bwd / .compiled_head_dims
+// No pybind11: the ops are reached through the dispatcher, so the module needs only the stable ABI
+// (module_init.cpp), and one cp39-abi3 wheel serves every Python of a torch/CUDA combination.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "attn_params.h"
+#include "instantiations/dispatch_table.inc"
+
+namespace flash_kernels {
+namespace {
+
+std::string compiled_dims_text() {
+  std::ostringstream s;
+  for (size_t i = 0; i < std::size(kCompiledHeadDims); ++i) s << (i ? ", " : "") << kCompiledHeadDims[i];
+  return s.str();
+}
+
+std::vector<int64_t> compiled_head_dims() {
+  return std::vector<int64_t>(std::begin(kCompiledHeadDims), std::end(kCompiledHeadDims));
+}
+
+void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
+  TORCH_CHECK(t.is_cuda(), "flash_kernels_cuda: ", name, " must be a CUDA tensor, got device ", t.device());
+  TORCH_CHECK(t.device() == q.device(), "flash_kernels_cuda: ", name, " is on ", t.device(), " but q is on ",
+              q.device());
+  TORCH_CHECK(t.scalar_type() == q.scalar_type(), "flash_kernels_cuda: ", name, " has dtype ", t.scalar_type(),
+              " but q has ", q.scalar_type(), "; all of q, k, v (and dout, out) must share one dtype");
+  TORCH_CHECK(t.dim() == 4, "flash_kernels_cuda: ", name, " must be 4-D (batch, seqlen, heads, head_dim), got ",
+              t.dim(), "-D");
+  TORCH_CHECK(t.stride(3) == 1, "flash_kernels_cuda: ", name,
+              " must have a contiguous last dim (stride 1); call .contiguous() first");
+  // The kernels copy 16 bytes (8 elements) at a time.
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash_kernels_cuda: ", name,
+              " must be 16-byte aligned");
+  for (int d = 0; d < 3; ++d) {
+    TORCH_CHECK(t.size(d) <= 1 || t.stride(d) % 8 == 0, "flash_kernels_cuda: ", name, " stride(", d, ") = ",
+                t.stride(d), " must be a multiple of 8 elements (16 bytes); call .contiguous() first");
+  }
+}
+
+void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef want) {
+  TORCH_CHECK(t.sizes() == want, "flash_kernels_cuda: ", name, " must have shape ", want, ", got ", t.sizes());
+}
+
+const KernelEntry& find_kernel(const at::Tensor& q, bool banded) {
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+              "flash_kernels_cuda: dtype ", q.scalar_type(), " is not supported (float16 or bfloat16)");
+  const DType dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  const int64_t hd = q.size(3);
+  for (const KernelEntry& e : kKernels) {
+    if (e.dtype == dtype && e.head_dim == hd && e.banded == banded) return e;
+  }
+  TORCH_CHECK(false, "flash_kernels_cuda: head dim ", hd, " is not compiled in the CUDA path (compiled: ",
+              compiled_dims_text(), ")");
+}
+
+// Queried through the runtime rather than ATen/cuda/CUDAContext.h, whose includes (cuBLAS, cuSPARSE
+// headers) are not in every CUDA toolkit that can build this extension.
+void check_device_arch(const at::Tensor& q) {
+  int major = 0, minor = 0;
+  const int device = q.device().index();
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  TORCH_CHECK(major >= 8, "flash_kernels_cuda: needs an sm_80 (Ampere) or newer GPU; ", q.device(), " is sm_", major,
+              minor);
+}
+
+// Fills shapes, the mask band and the forward tensors. causal => window_right = 0 (flash_attn);
+// -1 means unbounded and becomes a bound no (query, key) pair reaches.
+AttnParams make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softmax_scale,
+                       bool causal, int64_t window_left, int64_t window_right, bool& banded) {
+  AttnParams p{};
+  p.batch = q.size(0);
+  p.seqlen_q = q.size(1);
+  p.heads_q = q.size(2);
+  p.seqlen_k = k.size(1);
+  p.heads_kv = k.size(2);
+  p.head_group = p.heads_q / p.heads_kv;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+  if (causal) window_right = 0;
+  banded = causal || window_left >= 0 || window_right >= 0;
+  p.diag_offset = p.seqlen_k - p.seqlen_q;
+  // rel = key - query - diag_offset lies in [1 - seqlen_k, seqlen_q - 1], so these never cut anything.
+  p.window_left = window_left < 0 ? p.seqlen_k : static_cast<int>(std::min<int64_t>(window_left, p.seqlen_k));
+  p.window_right = window_right < 0 ? p.seqlen_q : static_cast<int>(std::min<int64_t>(window_right, p.seqlen_q));
+  return p;
+}
+
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softmax_scale,
+               double softcap) {
+  check_tensor(q, "q", q);
+  check_tensor(k, "k", q);
+  check_tensor(v, "v", q);
+  check_device_arch(q);
+  TORCH_CHECK(softcap == 0.0, "flash_kernels_cuda: softcap is not supported by the CUDA path (use the Triton backend)");
+  TORCH_CHECK(softmax_scale > 0.0 && std::isfinite(softmax_scale), "flash_kernels_cuda: softmax_scale must be a "
+              "positive finite number, got ", softmax_scale);
+  const int64_t b = q.size(0), hq = q.size(2), d = q.size(3), sk = k.size(1), hk = k.size(2);
+  check_shape(k, "k", {b, sk, hk, d});
+  check_shape(v, "v", {b, sk, hk, d});
+  TORCH_CHECK(hk > 0 && hq % hk == 0, "flash_kernels_cuda: q heads (", hq, ") must be a multiple of k/v heads (",
+              hk, ")");
+  TORCH_CHECK(q.size(1) < (1 << 30) && sk < (1 << 30), "flash_kernels_cuda: sequence lengths must be < 2^30");
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       double softmax_scale, bool causal, int64_t window_left,
+                                       int64_t window_right, double softcap) {
+  check_qkv(q, k, v, softmax_scale, softcap);
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  bool banded = false;
+  AttnParams p = make_params(q, k, v, softmax_scale, causal, window_left, window_right, banded);
+  const KernelEntry& kernel = find_kernel(q, banded);
+  if (out.numel() == 0) return {out, lse};
+  p.out = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  kernel.fwd(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                                   double softmax_scale, bool causal, int64_t window_left,
+                                                   int64_t window_right, double softcap, bool deterministic) {
+  // The backward never uses atomics, so it is deterministic whatever `deterministic` asks.
+  (void)deterministic;
+  check_qkv(q, k, v, softmax_scale, softcap);
+  check_tensor(dout, "dout", q);
+  check_tensor(out, "out", q);
+  check_shape(dout, "dout", q.sizes());
+  check_shape(out, "out", q.sizes());
+  TORCH_CHECK(lse.is_cuda() && lse.device() == q.device() && lse.scalar_type() == at::kFloat && lse.is_contiguous(),
+              "flash_kernels_cuda: lse must be a contiguous float32 CUDA tensor on q's device");
+  check_shape(lse, "lse", {q.size(0), q.size(2), q.size(1)});
+  const c10::cuda::CUDAGuard guard(q.device());
+  bool banded = false;
+  AttnParams p = make_params(q, k, v, softmax_scale, causal, window_left, window_right, banded);
+  const KernelEntry& kernel = find_kernel(q, banded);
+  // Degenerate sizes: no query or no key means every gradient is zero (and empty grids cannot launch).
+  if (q.numel() == 0 || k.numel() == 0) {
+    return {at::zeros(q.sizes(), q.options()), at::zeros(k.sizes(), k.options()), at::zeros(v.sizes(), v.options())};
+  }
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  at::Tensor delta = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  p.out = const_cast<void*>(out.data_ptr());
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  p.lse = const_cast<float*>(lse.data_ptr<float>());
+  p.dout = dout.data_ptr();
+  p.do_batch_stride = dout.stride(0), p.do_row_stride = dout.stride(1), p.do_head_stride = dout.stride(2);
+  p.dq = dq.data_ptr();
+  p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
+  p.dk = dk.data_ptr();
+  p.dk_batch_stride = dk.stride(0), p.dk_row_stride = dk.stride(1), p.dk_head_stride = dk.stride(2);
+  p.dv = dv.data_ptr();
+  p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1), p.dv_head_stride = dv.stride(2);
+  p.delta = delta.data_ptr<float>();
+  kernel.bwd(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  return {dq, dk, dv};
+}
+
+}  // namespace
+}  // namespace flash_kernels
+
+TORCH_LIBRARY(flash_kernels_cuda, m) {
+  m.def(
+      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, int window_right, "
+      "float softcap) -> (Tensor, Tensor)");
+  m.def(
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
+      "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)");
+  // No tensor arguments: registered as a catch-all kernel, callable without a device.
+  m.def("compiled_head_dims() -> int[]", &flash_kernels::compiled_head_dims);
+}
+
+TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {
+  m.impl("fwd", &flash_kernels::fwd);
+  m.impl("bwd", &flash_kernels::bwd);
+}

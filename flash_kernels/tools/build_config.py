@@ -1,0 +1,206 @@
+"""Pure build decisions for flash_kernels' setup.py: arch flags, job sizing, versions.
+
+Everything here takes plain values (environment strings, core counts, byte counts, version strings) and
+returns plain values, so it is testable without torch, nvcc or a GPU (tools/tests/test_build_config.py).
+setup.py does the probing and passes the results in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+# sm_80 is the oldest target: the kernels use cp.async and bf16 mma.sync, both Ampere instructions.
+MIN_ARCH = (8, 0)
+DEFAULT_ARCHS = "8.0;9.0"
+
+# Memory allowed per concurrent compile job. Measured peaks on the build host (/usr/bin/time -v, see
+# benchmarks/results/cuda_build.md): nvcc on one instantiation file for sm_80+sm_90 0.22 GB; g++ on
+# ops.cpp (torch headers) about 1.0 GB, the largest job. 1 GiB covers the largest with the many small
+# nvcc jobs leaving headroom for the linker and other users of the machine.
+NVCC_MEM_PER_JOB_BYTES = 1 * 1024**3
+
+
+class BuildConfigError(ValueError):
+    """A build setting is invalid; the message says which variable, what is allowed and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaArch:
+    major: int
+    minor: int
+    ptx: bool = False  # also embed PTX of this arch (forward compatibility with newer GPUs)
+
+    @property
+    def sm(self) -> str:
+        return f"{self.major}{self.minor}"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}" + ("+PTX" if self.ptx else "")
+
+
+_ARCH_RE = re.compile(r"^(\d+)\.(\d+)(\+PTX)?$", re.IGNORECASE)
+
+
+def parse_arch_list(text: str, variable: str) -> list[CudaArch]:
+    """Parse "8.0;9.0" / "8.0 9.0+PTX" (TORCH_CUDA_ARCH_LIST syntax) into sorted, unique archs.
+
+    PTX is always added for the newest arch, so a GPU newer than every cubin can still JIT it.
+    """
+    items = [t for t in re.split(r"[;\s,]+", text.strip()) if t]
+    if not items:
+        raise BuildConfigError(f"{variable} is empty; set it to e.g. {DEFAULT_ARCHS!r} or unset it")
+    archs: dict[tuple[int, int], CudaArch] = {}
+    for item in items:
+        m = _ARCH_RE.match(item)
+        if not m:
+            raise BuildConfigError(
+                f"{variable}: {item!r} is not a CUDA arch; use MAJOR.MINOR with an optional +PTX, "
+                f"separated by ';' (e.g. {DEFAULT_ARCHS!r})"
+            )
+        major, minor = int(m.group(1)), int(m.group(2))
+        if (major, minor) < MIN_ARCH:
+            raise BuildConfigError(
+                f"{variable}: arch {major}.{minor} is older than sm_80, which the CUDA kernels need "
+                f"(cp.async, bf16 tensor cores); remove it (older GPUs use the Triton path)"
+            )
+        prev = archs.get((major, minor))
+        archs[(major, minor)] = CudaArch(major, minor, bool(m.group(3)) or (prev.ptx if prev else False))
+    ordered = [archs[k] for k in sorted(archs)]
+    newest = ordered[-1]
+    ordered[-1] = CudaArch(newest.major, newest.minor, True)
+    return ordered
+
+
+def select_arch_list(env: dict[str, str]) -> tuple[list[CudaArch], str]:
+    """FLASH_KERNELS_CUDA_ARCHS wins over TORCH_CUDA_ARCH_LIST; returns (archs, where it came from)."""
+    for var in ("FLASH_KERNELS_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"):
+        if env.get(var, "").strip():
+            return parse_arch_list(env[var], var), var
+    return parse_arch_list(DEFAULT_ARCHS, "default"), f"default ({DEFAULT_ARCHS})"
+
+
+def gencode_flags(archs: list[CudaArch]) -> list[str]:
+    """Real code (cubin) for every arch, PTX where asked (always for the newest)."""
+    flags = []
+    for a in archs:
+        flags.append(f"-gencode=arch=compute_{a.sm},code=sm_{a.sm}")
+        if a.ptx:
+            flags.append(f"-gencode=arch=compute_{a.sm},code=compute_{a.sm}")
+    return flags
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    max_jobs: int
+    nvcc_threads: int
+    reason: str
+
+
+def _positive_int(env: dict[str, str], var: str) -> int | None:
+    raw = env.get(var, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise BuildConfigError(f"{var}={raw!r}: must be a positive integer (or unset to size it automatically)")
+    return int(raw)
+
+
+def plan_jobs(env: dict[str, str], cores: int, mem_available_bytes: int | None, n_archs: int) -> JobPlan:
+    """Choose ninja's MAX_JOBS and nvcc's --threads so that jobs x threads fits cores and free memory.
+
+    Each nvcc thread compiles one arch of one file, so parallel compiler processes = jobs x threads,
+    and each needs about NVCC_MEM_PER_JOB_BYTES. Files outnumber archs, so parallelism goes to ninja
+    jobs first (less duplicated front-end work) and to nvcc threads only with cores to spare.
+    """
+    env_jobs = _positive_int(env, "MAX_JOBS")
+    env_threads = _positive_int(env, "NVCC_THREADS")
+    cores = max(1, cores)
+    if mem_available_bytes is None:
+        by_mem, mem_text = cores, "MemAvailable unknown"
+    else:
+        by_mem = max(1, mem_available_bytes // NVCC_MEM_PER_JOB_BYTES)
+        mem_text = (f"MemAvailable {mem_available_bytes / 1024**3:.1f} GiB / "
+                    f"{NVCC_MEM_PER_JOB_BYTES / 1024**3:.0f} GiB per job = {by_mem}")
+    budget = max(1, min(cores, by_mem))
+    parts = []
+    if env_jobs is not None:
+        jobs = env_jobs
+        parts.append(f"MAX_JOBS={jobs} from the environment")
+    else:
+        jobs = budget
+        parts.append(f"MAX_JOBS={jobs} = min(cores {cores}, {mem_text})")
+    if env_threads is not None:
+        threads = env_threads
+        parts.append(f"NVCC_THREADS={threads} from the environment")
+    else:
+        threads = max(1, min(n_archs, budget // jobs))
+        parts.append(f"NVCC_THREADS={threads} = min(archs {n_archs}, spare budget {budget}//{jobs})")
+    return JobPlan(jobs, threads, "; ".join(parts))
+
+
+def mem_available_from_meminfo(text: str) -> int | None:
+    """Bytes of MemAvailable from the text of /proc/meminfo, or None if absent."""
+    m = re.search(r"^MemAvailable:\s+(\d+)\s+kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def local_version(torch_version: str, cuda_version: str, cxx11_abi: bool) -> str:
+    """Local version label of a compiled wheel, e.g. cu130torch2.11cxx11abiTRUE.
+
+    Minor torch versions differ in C++ ABI, so the label names torch's major.minor; the CUDA part
+    names the toolkit torch was built with (which the build checked nvcc's major against).
+    """
+    tm = re.match(r"^(\d+)\.(\d+)", torch_version)
+    cm = re.match(r"^(\d+)\.(\d+)", cuda_version)
+    if not tm or not cm:
+        raise BuildConfigError(
+            f"cannot read versions torch={torch_version!r} cuda={cuda_version!r} (expected MAJOR.MINOR...)"
+        )
+    return f"cu{cm.group(1)}{cm.group(2)}torch{tm.group(1)}.{tm.group(2)}cxx11abi{'TRUE' if cxx11_abi else 'FALSE'}"
+
+
+def check_cuda_major(nvcc_version: str, torch_cuda: str, cuda_home: str) -> None:
+    """nvcc and torch must share the CUDA major (device code and runtime calls must match the driver API torch uses).
+
+    A different minor works (cpp_extension only warns); a different major fails at load or at run time.
+    """
+    nv_major = nvcc_version.split(".")[0]
+    t_major = torch_cuda.split(".")[0]
+    if nv_major != t_major:
+        raise BuildConfigError(
+            f"nvcc at {cuda_home} is CUDA {nvcc_version}, but torch was built with CUDA {torch_cuda}: the majors "
+            f"must match. Fix: point CUDA_HOME at a CUDA {t_major}.x toolkit, or install the torch build for "
+            f"CUDA {nv_major}, or build the Triton-only wheel with FLASH_KERNELS_BUILD_CUDA=0."
+        )
+
+
+def parse_nvcc_version(output: str) -> str:
+    """'Cuda compilation tools, release 13.0, V13.0.88' -> '13.0'."""
+    m = re.search(r"release (\d+\.\d+)", output)
+    if not m:
+        raise BuildConfigError(
+            f"could not read the CUDA release from `nvcc --version` output: {output.strip()[:200]!r}")
+    return m.group(1)
+
+
+def build_cuda_setting(env: dict[str, str]) -> bool | None:
+    """FLASH_KERNELS_BUILD_CUDA: '1' force (every obstacle is an error), '0' Triton-only, unset: auto."""
+    raw = env.get("FLASH_KERNELS_BUILD_CUDA", "").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise BuildConfigError(
+        f"FLASH_KERNELS_BUILD_CUDA={raw!r}: use 1 (require the CUDA extension), 0 (Triton-only) "
+        "or leave unset (auto)")
+
+
+def limited_api_tag(limited_hex: str) -> str:
+    """'0x03090000' (a Py_LIMITED_API value) -> 'cp39', the wheel's abi3 python tag."""
+    m = re.fullmatch(r"0x([0-9a-fA-F]{2})([0-9a-fA-F]{2})[0-9a-fA-F]{4}", limited_hex.strip())
+    if not m:
+        raise BuildConfigError(f"cannot read Py_LIMITED_API value {limited_hex!r} (expected like 0x03090000)")
+    return f"cp{int(m.group(1), 16)}{int(m.group(2), 16)}"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One GPU session's checks of a built CUDA wheel (run from the repository root on the GPU host):
+#   numerics vs float32, compute-sanitizer memcheck + racecheck, the timing table, the shipped suite
+#   against the CUDA backend. Logs go to $OUT (or ./device_logs). Each step has its own time limit so
+#   one slow step cannot take the others' time.
+#   usage: flash_kernels/tools/device_check.sh WHEEL [steps...]   (steps: numerics sanitize bench suite)
+set -u
+WHEEL=$1; shift
+STEPS=${*:-numerics sanitize bench suite}
+OUT=${OUT:-device_logs}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-index --upgrade --target /tmp/fk_site "$WHEEL" || exit 1
+SO=$(ls /tmp/fk_site/flash_kernels/_C*.so)
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print(torch.__version__)';
+  cuobjdump --list-elf "$SO" | sed 's/.*\.\(sm_[0-9]*\)\..*/\1/' | sort | uniq -c; cuobjdump --list-ptx "$SO" | sed 's/.*\.\(sm_[0-9]*\)\..*/ptx \1/' | sort | uniq -c; } > "$OUT/wheel_info.txt" 2>&1
+T=flash_kernels/tools
+for step in $STEPS; do
+  case $step in
+    numerics) PYTHONPATH=/tmp/fk_site timeout 60 python3 $T/cuda_numerics_check.py > "$OUT/numerics.log" 2>&1; echo "numerics rc=$?" ;;
+    sanitize) for tool in memcheck racecheck; do
+                PYTHONPATH=/tmp/fk_site timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 python3 $T/cuda_sanitize_cases.py > "$OUT/sanitize_$tool.log" 2>&1; echo "sanitize $tool rc=$?"; done ;;
+    bench) PYTHONPATH=/tmp/fk_site timeout 100 python3 $T/cuda_bench.py ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?" ;;
+    suite) PYTHONPATH=/tmp/fk_site timeout ${SUITE_TIMEOUT:-90} python3 -m flash_kernels.selftest --tier gpu --backend cuda -q -n 8 > "$OUT/suite.log" 2>&1; echo "suite rc=$?"; tail -3 "$OUT/suite.log" ;;
+  esac
+done

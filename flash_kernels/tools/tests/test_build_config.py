@@ -1,0 +1,126 @@
+"""Tests of the pure build decisions (tools/build_config.py) and of the generated instantiation files.
+
+Run from the repository root:  python -m pytest flash_kernels/tools/tests -q   (no torch, nvcc or GPU needed)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+from tools import build_config as bc  # noqa: E402
+from tools import generate_instantiations as gen  # noqa: E402
+
+GiB = 1024**3
+
+
+def test_arch_list_sorted_unique_and_ptx_on_newest():
+    archs = bc.parse_arch_list("9.0;8.0 8.0,8.6", "X")
+    assert [str(a) for a in archs] == ["8.0", "8.6", "9.0+PTX"]
+
+
+def test_arch_list_keeps_explicit_ptx():
+    assert [str(a) for a in bc.parse_arch_list("8.0+PTX;9.0", "X")] == ["8.0+PTX", "9.0+PTX"]
+
+
+@pytest.mark.parametrize("bad", ["7.5", "sm_80", "8", "", "8.0;abc"])
+def test_arch_list_rejects_with_variable_name(bad):
+    with pytest.raises(bc.BuildConfigError, match="VAR"):
+        bc.parse_arch_list(bad, "VAR")
+
+
+def test_arch_source_precedence():
+    env = {"FLASH_KERNELS_CUDA_ARCHS": "9.0", "TORCH_CUDA_ARCH_LIST": "8.0"}
+    archs, source = bc.select_arch_list(env)
+    assert source == "FLASH_KERNELS_CUDA_ARCHS" and [a.sm for a in archs] == ["90"]
+    archs, source = bc.select_arch_list({"TORCH_CUDA_ARCH_LIST": "8.0"})
+    assert source == "TORCH_CUDA_ARCH_LIST"
+    archs, source = bc.select_arch_list({})
+    assert [a.sm for a in archs] == ["80", "90"] and source.startswith("default")
+
+
+def test_gencode_flags():
+    assert bc.gencode_flags(bc.parse_arch_list("8.0;9.0", "X")) == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90,code=compute_90",
+    ]
+
+
+def test_jobs_limited_by_cores():
+    plan = bc.plan_jobs({}, cores=2, mem_available_bytes=22 * GiB, n_archs=2)
+    assert (plan.max_jobs, plan.nvcc_threads) == (2, 1)
+    assert "cores 2" in plan.reason
+
+
+def test_jobs_limited_by_memory():
+    plan = bc.plan_jobs({}, cores=64, mem_available_bytes=9 * GiB, n_archs=2)
+    assert plan.max_jobs == 9 and plan.nvcc_threads == 1
+    assert "MemAvailable" in plan.reason
+
+
+def test_jobs_spare_cores_go_to_nvcc_threads():
+    plan = bc.plan_jobs({"MAX_JOBS": "4"}, cores=16, mem_available_bytes=100 * GiB, n_archs=2)
+    assert (plan.max_jobs, plan.nvcc_threads) == (4, 2)
+    assert "from the environment" in plan.reason
+
+
+def test_jobs_env_validated():
+    with pytest.raises(bc.BuildConfigError, match="NVCC_THREADS"):
+        bc.plan_jobs({"NVCC_THREADS": "zero"}, cores=2, mem_available_bytes=None, n_archs=1)
+
+
+def test_meminfo_parse():
+    text = "MemTotal:       24000000 kB\nMemAvailable:   1000 kB\n"
+    assert bc.mem_available_from_meminfo(text) == 1000 * 1024
+    assert bc.mem_available_from_meminfo("MemTotal: 1 kB\n") is None
+
+
+def test_local_version():
+    assert bc.local_version("2.11.0+cu130", "13.0", True) == "cu130torch2.11cxx11abiTRUE"
+    assert bc.local_version("2.6.0", "12.4", False) == "cu124torch2.6cxx11abiFALSE"
+
+
+def test_cuda_major_mismatch_names_the_fix():
+    bc.check_cuda_major("13.0", "13.2", "/usr/local/cuda")  # minor differences are allowed
+    with pytest.raises(bc.BuildConfigError, match="CUDA_HOME.*12.x"):
+        bc.check_cuda_major("13.0", "12.8", "/usr/local/cuda")
+
+
+def test_nvcc_version_parse():
+    out = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"
+    assert bc.parse_nvcc_version(out) == "13.0"
+    with pytest.raises(bc.BuildConfigError):
+        bc.parse_nvcc_version("garbage")
+
+
+@pytest.mark.parametrize("raw,want", [("", None), ("auto", None), ("1", True), ("0", False), ("off", False)])
+def test_build_cuda_setting(raw, want):
+    assert bc.build_cuda_setting({"FLASH_KERNELS_BUILD_CUDA": raw}) is want
+
+
+def test_build_cuda_setting_rejects_typos():
+    with pytest.raises(bc.BuildConfigError, match="FLASH_KERNELS_BUILD_CUDA"):
+        bc.build_cuda_setting({"FLASH_KERNELS_BUILD_CUDA": "maybe"})
+
+
+def test_limited_api_tag():
+    assert bc.limited_api_tag("0x03090000") == "cp39"
+    assert bc.limited_api_tag("0x030A0000") == "cp310"
+
+
+def test_generated_instantiations_up_to_date():
+    problems = gen.check()
+    assert not problems, f"{problems}; run python flash_kernels/tools/generate_instantiations.py"
+
+
+def test_dispatch_table_covers_every_config():
+    table = gen.expected_files()["dispatch_table.inc"]
+    for dtype, hd, banded in gen.CONFIGS:
+        ctype = gen.DTYPES[dtype][0]
+        flag = "true" if banded else "false"
+        assert f"&run_fwd<{ctype}, {hd}, {flag}>" in table
+        assert f"&run_bwd<{ctype}, {hd}, {flag}>" in table

@@ -1,0 +1,74 @@
+"""The built extension's registration, without a GPU: import, op schemas, fake (meta) kernels, reasons.
+
+Skipped (with the import error as reason) where flash_kernels._C is not built or cannot load, e.g. in the
+kit's venv without torch or with a torch other than the one the wheel was built for. Run where the
+compiled wheel is installed:  python -m pytest flash_kernels/tools/tests/test_cuda_ops_registration.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # for `tools`
+
+torch = pytest.importorskip("torch")
+_cuda = pytest.importorskip("flash_kernels._cuda")
+if not _cuda.is_built():
+    pytest.skip(f"CUDA extension not built/loaded: {_cuda.import_error()}", allow_module_level=True)
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+
+def test_module_imports_normally():
+    import flash_kernels._C as C
+
+    assert C.__name__ == "flash_kernels._C"
+
+
+def test_schemas():
+    assert str(torch.ops.flash_kernels_cuda.fwd.default._schema) == (
+        "flash_kernels_cuda::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
+        "int window_left, int window_right, float softcap) -> (Tensor, Tensor)")
+    assert "bool deterministic" in str(torch.ops.flash_kernels_cuda.bwd.default._schema)
+
+
+def test_compiled_head_dims_match_generator():
+    from tools import generate_instantiations as gen
+
+    assert _cuda.compiled_head_dims() == tuple(gen.HEAD_DIMS)
+
+
+def test_fake_kernels_give_shapes_for_gqa():
+    with FakeTensorMode():
+        q = torch.empty(2, 100, 8, 128, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 120, 2, 128, dtype=torch.bfloat16, device="cuda")
+        out, lse = torch.ops.flash_kernels_cuda.fwd(q, k, k, 0.1, True, -1, -1, 0.0)
+        assert out.shape == q.shape and lse.shape == (2, 8, 100) and lse.dtype == torch.float32
+        dq, dk, dv = torch.ops.flash_kernels_cuda.bwd(out, q, k, k, out, lse, 0.1, True, -1, -1, 0.0, False)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+
+
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        (dict(is_varlen=True), "varlen"),
+        (dict(softcap=30.0), "softcap"),
+        (dict(dropout_p=0.1), "dropout"),
+    ],
+)
+def test_unsupported_reasons_name_the_feature(change, needle):
+    q = torch.zeros(1, 4, 2, 64, dtype=torch.float16)
+    kwargs = dict(causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+                  is_varlen=False)
+    kwargs.update(change)
+    assert needle in _cuda.unsupported_reason(q, q, q, **kwargs)
+
+
+def test_cpu_tensors_are_refused_with_reason():
+    q = torch.zeros(1, 4, 2, 64, dtype=torch.float16)
+    reason = _cuda.unsupported_reason(q, q, q, causal=False, window_size=(-1, -1), softcap=0.0,
+                                      alibi_slopes=None, dropout_p=0.0, is_varlen=False)
+    assert "not a CUDA GPU" in reason
