@@ -36,6 +36,9 @@ EXTENSIONS: tuple[tuple[str, str], ...] = (
     ("test", "flashkit.test_env"),
     ("verify", "flashkit.verify"),
     ("publish", "flashkit.publish"),
+    ("wheelhouse", "flashkit.wheelhouse"),
+    ("bake", "flashkit.bake"),
+    ("ci-matrix", "flashkit.ci_matrix"),
 )
 
 EPILOG = """\

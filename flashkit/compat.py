@@ -142,6 +142,12 @@ DEBIAN_SUITES: dict[str, DebianSuite] = {
 PYPI_NVCC_MIN_MAJOR = 13
 PYPI_NVCC_SAME_VERSION = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt")
 
+# The kernel suite's CPU tier runs Triton's interpreter, which the triton that torch 2.7 and 2.11 pin
+# (3.3.1, 3.6.0) cannot run under numpy >= 2.4: 71 of 95 CPU tests failed in both images with
+# "InterpreterError: only 0-dimensional arrays can be converted to Python scalars"; numpy 2.3.5 passed
+# all of them (2026-11-30, flashkit test cu130-torch211 / cu124-torch27).
+NUMPY_FOR_TRITON_INTERPRETER = "numpy<2.4"
+
 # Python of the Ubuntu releases nvidia/cuda images are built on.
 UBUNTU_PYTHON: dict[str, str] = {"22.04": "3.10", "24.04": "3.12"}
 

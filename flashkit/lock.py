@@ -44,7 +44,7 @@ def inputs(spec: EnvSpec) -> LockInputs:
     if spec.torch_source == "base-image":
         # torch, numpy and the build toolchain are the image's own; we add the test runner only.
         return LockInputs(runtime=("pytest",), build=())
-    runtime = (f"torch=={spec.torch}", "numpy", "pytest")
+    runtime = (f"torch=={spec.torch}", compat.NUMPY_FOR_TRITON_INTERPRETER, "pytest")
     build = ["ninja", "packaging", "setuptools", "wheel"]
     if spec.compiler.source == "pypi":
         v = spec.compiler.version

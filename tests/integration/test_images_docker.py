@@ -1,0 +1,123 @@
+"""The container abstraction, the bases and the env images against a real engine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flashkit import build, paths, tiers
+from flashkit.base import create_base, load_records, pinned_base
+from flashkit.container import Container, image_inspect, image_remove
+from flashkit.image_errors import BaseImageError, ContainerError
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bookworm(engine):
+    record = ROOT / ".work/bases.lock.json"
+    try:
+        return pinned_base(engine, "bookworm", record)
+    except BaseImageError:
+        return create_base(engine, "bookworm", record_path=record, workdir=ROOT / ".work/bases")
+
+
+def test_container_exec_copy_and_cleanup(engine, bookworm, tmp_path):
+    src = tmp_path / "payload"
+    src.mkdir()
+    (src / "hello.txt").write_text("hello from the host\n")
+    with Container(engine, bookworm.pinned_tag, network=False) as c:
+        name = c.name
+        c.copy_into(src, "/tmp")
+        r = c.exec(["sh", "-c", "cat /tmp/payload/hello.txt; echo made >/tmp/out.txt; exit 3"])
+        assert r.exit_code == 3 and "hello from the host" in r.output
+        with pytest.raises(ContainerError, match="exited 3"):
+            r.check()
+        out = c.copy_out("/tmp/out.txt", tmp_path / "back")
+        assert out.read_text() == "made\n"
+        with pytest.raises(ContainerError, match="does not exist"):
+            c.copy_out("/nope", tmp_path)
+    sdk = engine.sdk()
+    try:
+        assert not sdk.containers.list(all=True, filters={"name": name})
+    finally:
+        sdk.close()
+
+
+def test_pinned_base_refuses_a_retagged_image(engine, bookworm, tmp_path):
+    record = tmp_path / "bases.json"
+    record.write_text((ROOT / ".work/bases.lock.json").read_text())
+    data = load_records(record)["bookworm"]
+    assert pinned_base(engine, "bookworm", record).image_id == data.image_id
+    import json
+
+    body = json.loads(record.read_text())
+    body["bases"]["bookworm"]["image_id"] = "sha256:" + "0" * 64
+    record.write_text(json.dumps(body))
+    with pytest.raises(BaseImageError, match="pins sha256:0000"):
+        pinned_base(engine, "bookworm", record)
+
+
+def _built(env_id: str) -> build.BuildResult:
+    from flashkit.inputhash import input_hash
+    from flashkit.spec import load_env
+
+    spec = load_env(ROOT, env_id)
+    res = build.load_result(ROOT, env_id, input_hash(ROOT, spec))
+    if res is None or image_inspect_safe(res.runtime_ref) is None:
+        pytest.skip(f"{env_id} is not built at its current input hash; run `flashkit build {env_id}`")
+    return res
+
+
+def image_inspect_safe(ref):
+    from flashkit.engine import ensure_engine
+
+    return image_inspect(ensure_engine(start=False), ref)
+
+
+def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tmp_path):
+    """Issue 5 acceptance: cu130-torch211's wheel dropped into cu124-torch27's image."""
+    from flashkit.spec import load_env
+
+    donor, host = _built("cu130-torch211"), _built("cu124-torch27")
+    wheel = Path(donor.wheel_path)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / wheel.name).write_bytes(wheel.read_bytes())
+    # The runtime image's venv is first on PATH and owned by root.
+    (ctx / "Dockerfile").write_text(
+        f"FROM {host.runtime_ref}\nUSER root\nCOPY {wheel.name} /tmp/\n"
+        f"RUN python3 -m pip install --no-deps --no-index --force-reinstall /tmp/{wheel.name}\n")
+    ref = "flashkit-test/abi-mismatch:latest"
+    client = engine.build_client
+    subprocess.run([*client.build_argv(), "-q", "-t", ref, str(ctx)], env=client.build_env(), check=True)
+    try:
+        mixed = build.BuildResult(**{**host.to_json(), "runtime_ref": ref,
+                                     "runtime_id": image_inspect(engine, ref)["Id"],
+                                     "wheel_path": str(wheel), "wheel_sha256": donor.wheel_sha256})
+        spec = load_env(ROOT, "cu124-torch27")
+        r = tiers.tier_abi(engine, spec, mixed)
+        text = "\n".join(r.reasons)
+        assert r.verdict == "failed", text
+        # The C++ name, demangled, with its mangled form for grep.
+        assert "undefined symbol `c10::" in text or "undefined symbol `at::" in text, text
+        assert "needs libcudart.so.13" in text, text
+    finally:
+        image_remove(engine, [ref], force=True)
+
+
+@pytest.mark.parametrize("env_id", [os.environ.get("FLASHKIT_TEST_ENV", "cu130-torch211")])
+def test_built_env_passes_build_abi_cpu(engine, env_id):
+    from flashkit.spec import load_env
+
+    res = _built(env_id)
+    spec = load_env(ROOT, env_id)
+    results = {t.tier: t for t in tiers.run_tiers(engine, spec, res, ("build", "abi", "cpu"))}
+    for name, t in results.items():
+        assert t.verdict == "passed", (name, t.reasons)
+    assert results["cpu"].counts["passed"] > 0
+    assert paths.lock_file(ROOT, env_id).exists()

@@ -1,0 +1,120 @@
+"""`flashkit bake` and `flashkit ci-matrix`: pure planners over the repository's specs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from flashkit import bake, ci_matrix, inputhash, render
+from flashkit.spec import load_all, load_env
+
+MEM = "24"
+
+
+@pytest.fixture
+def fk(cli, monkeypatch):
+    """The CLI with bake and ci-matrix registered (rows the lead adds to cli.EXTENSIONS)."""
+    from flashkit import cli as cli_mod
+
+    rows = [("bake", "flashkit.bake"), ("ci-matrix", "flashkit.ci_matrix")]
+    monkeypatch.setattr(
+        cli_mod, "EXTENSIONS", cli_mod.EXTENSIONS + tuple(r for r in rows if r not in cli_mod.EXTENSIONS)
+    )
+    return cli
+
+
+def test_bake_file_for_all_envs(kit_repo, fk):
+    r = fk("--repo", str(kit_repo), "--host-mem-gib", MEM, "bake")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    ids = sorted(str(s.id) for s in load_all(kit_repo))
+    assert doc["group"]["wheels"]["targets"] == [f"{e}-wheel" for e in ids]
+    assert doc["group"]["default"]["targets"] == [t for e in ids for t in (f"{e}-builder", e)]
+    assert doc["variable"] == {"FLASHKIT_CA_FILE": {"default": "/etc/ssl/certs/ca-certificates.crt"}}
+    # Same inputs, same bytes.
+    assert fk("--repo", str(kit_repo), "--host-mem-gib", MEM, "bake").out == r.out
+
+
+def test_bake_targets_match_a_local_build(kit_repo):
+    env = "cu130-torch211"
+    spec = load_env(kit_repo, env)
+    doc, skipped = bake.plan(kit_repo, [env], 24)
+    assert skipped == [] and set(doc["target"]) == {env, f"{env}-builder", f"{env}-wheel"}
+    h = inputhash.input_hash(kit_repo, spec)
+    tag = inputhash.tag_suffix(h)
+    rt, bt, wt = doc["target"][env], doc["target"][f"{env}-builder"], doc["target"][f"{env}-wheel"]
+    assert rt["dockerfile-inline"] == render.render_env(kit_repo, spec, host_mem_gib=24)
+    assert (rt["target"], bt["target"], wt["target"]) == ("runtime", "builder", "wheel")
+    assert rt["tags"] == [f"flashkit/{env}:{tag}"] and bt["tags"] == [f"flashkit/{env}:{tag}-builder"]
+    assert rt["labels"] == {"org.flashkit.env": env, "org.flashkit.input-hash": h}
+    assert wt["output"] == [f"type=local,dest=.work/wheels/{env}/bake"]
+    assert rt["secret"] == ["id=ca,src=${FLASHKIT_CA_FILE}"]
+    # The context is the repository root: every path the Dockerfile copies or binds from it must exist there.
+    text = rt["dockerfile-inline"]
+    sources = re.findall(r"--mount=type=bind,source=([^,\s]+)", text) + re.findall(
+        r"^COPY (?!--from)(\S+)", text, flags=re.M
+    )
+    assert sources
+    for src in sources:
+        assert (kit_repo / rt["context"] / src).exists(), src
+
+
+def test_bake_leaves_out_rejected_envs_and_refuses_them_by_name(kit_repo, fk, tmp_path):
+    p = kit_repo / "envs" / "cu124-torch27.yaml"
+    p.write_text(p.read_text().replace("cxx11_abi: true", "cxx11_abi: false"))
+    out = tmp_path / "bake" / "docker-bake.json"
+    r = fk("--repo", str(kit_repo), "--host-mem-gib", MEM, "bake", "-o", str(out))
+    assert r.code == 0 and "left out: cu124-torch27: rejected by rule pypi-torch-abi" in r.err
+    assert "cu124-torch27" not in json.loads(out.read_text())["target"]
+    assert not list(out.parent.glob(".*tmp"))
+    r = fk("--repo", str(kit_repo), "--host-mem-gib", MEM, "bake", "cu124-torch27")
+    assert r.code == 4 and "pypi-torch-abi" in r.err and r.out == ""
+
+
+def test_bake_unknown_env_is_invalid_input(kit_repo, fk):
+    r = fk("--repo", str(kit_repo), "bake", "cu130-torch2111")
+    assert r.code == 3
+
+
+def test_ci_matrix_rows(kit_repo, fk):
+    r = fk("--repo", str(kit_repo), "ci-matrix", "--compact")
+    assert r.code == 0, r.err
+    assert "\n" not in r.out.strip()
+    doc = json.loads(r.out)
+    ids = sorted(str(s.id) for s in load_all(kit_repo))
+    assert [row["env"] for row in doc["include"]] == ids
+    spec = load_env(kit_repo, "cu130-torch211")
+    row = next(x for x in doc["include"] if x["env"] == "cu130-torch211")
+    h = inputhash.input_hash(kit_repo, spec)
+    assert row == {
+        "env": "cu130-torch211",
+        "input_hash": h,
+        "image_tag": f"flashkit/cu130-torch211:{inputhash.tag_suffix(h)}",
+        "python": "3.11",
+        "torch": "2.11.0",
+        "accelerator": "cuda13.0",
+        "kind": "build",
+        "tiers": "build,abi,cpu",
+        "runner": "ubuntu-latest",
+        "name": "cu130-torch211 (build)",
+    }
+    assert "GPU tiers are not in this matrix" in r.err
+
+
+def test_ci_matrix_gpu_rows_only_for_cuda_with_a_runner(kit_repo):
+    doc, _ = ci_matrix.plan(kit_repo, [], runner="self-hosted-cpu", gpu_runner="h200")
+    gpu = [x for x in doc["include"] if x["kind"] == "gpu"]
+    cuda = sorted(str(s.id) for s in load_all(kit_repo) if s.accelerator.kind == "cuda")
+    assert [x["env"] for x in gpu] == cuda
+    assert all(x["runner"] == "h200" and x["tiers"] == "gpu" for x in gpu)
+    assert all(x["runner"] == "self-hosted-cpu" for x in doc["include"] if x["kind"] == "build")
+
+
+def test_ci_matrix_hash_follows_the_lockfile(kit_repo):
+    before, _ = ci_matrix.plan(kit_repo, ["cu130-torch211"], runner="r", gpu_runner=None)
+    lock = kit_repo / "lockfiles" / "cu130-torch211.txt"
+    lock.write_text(lock.read_text() + "# changed\n")
+    after, _ = ci_matrix.plan(kit_repo, ["cu130-torch211"], runner="r", gpu_runner=None)
+    assert before["include"][0]["input_hash"] != after["include"][0]["input_hash"]

@@ -1,0 +1,192 @@
+"""The build and abi tiers on real objects made here with gcc/nvcc: no docker needed.
+
+A tiny filesystem root stands in for an image: host libc/libstdc++, a copy of
+the host interpreter, a fake torch whose libc10.so defines (or not) what the
+extension calls, and an extension compiled against a declaration of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from flashkit import tiers
+from flashkit.build import BuildResult
+
+# A Debian-built interpreter exports the C API from the executable itself (no libpython.so).
+PYTHON = "/usr/bin/python3"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+NVCC = os.environ.get("NVCC", "/usr/local/cuda-13.0/bin/nvcc")
+needs_nvcc = pytest.mark.skipif(not Path(NVCC).exists(), reason=f"no nvcc at {NVCC} (set NVCC)")
+
+
+def spec(backends=("cuda", "triton"), targets=("8.0", "9.0"), suite="bookworm"):
+    return types.SimpleNamespace(backends=backends, gpu_targets=targets,
+                                 accelerator=types.SimpleNamespace(kind="cuda"),
+                                 base=types.SimpleNamespace(suite=suite))
+
+
+def result(wheel: Path) -> BuildResult:
+    return BuildResult(env="cu130-torch211", input_hash="h", runtime_ref="r", runtime_id="sha256:r",
+                       builder_ref="b", builder_id="sha256:b", runtime_size=0, builder_size=0,
+                       wheel_path=str(wheel), wheel_sha256="0" * 64, lock_sha256="", base_image_id=None,
+                       built=True, seconds=0, log_path="", context={}, date="")
+
+
+def test_expected_cuda_code_from_gpu_targets():
+    assert tiers.expected_cuda_code(("8.0", "9.0a+PTX")) == ({"sm_80", "sm_90a"}, {"compute_90a"})
+    with pytest.raises(ValueError, match="not like"):
+        tiers.expected_cuda_code(("sm_80",))
+
+
+def test_junit_counts_sum_suites_and_derive_passed():
+    xml = ('<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2">'
+           '<testcase classname="t" name="a"><failure message="max err 0.5 &gt; 0.01"/></testcase>'
+           '</testsuite><testsuite tests="2" failures="0" errors="1" skipped="0"/></testsuites>')
+    assert tiers.junit_counts(xml) == {"tests": 7, "failed": 1, "errors": 1, "skipped": 2, "passed": 3}
+    assert tiers.junit_failures(xml) == ["failure: t.a: max err 0.5 > 0.01"]
+
+
+def test_abi3_minimum_from_wheel_name():
+    assert tiers._abi3_minimum("flash_kernels-0.1.0+cu130-cp39-abi3-linux_x86_64.whl") == (3, 9)
+    assert tiers._abi3_minimum("flash_kernels-0.1.0-py3-none-any.whl") is None
+
+
+def _wheel(tmp: Path, members: dict[str, Path]) -> Path:
+    w = tmp / "flash_kernels-0.1.0-cp39-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(w, "w") as zf:
+        zf.writestr("flash_kernels/__init__.py", "")
+        for name, src in members.items():
+            zf.write(src, name)
+    return w
+
+
+@needs_nvcc
+def test_build_tier_reads_the_real_fatbin(tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
+                  "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n")
+    so = tmp_path / "_C.abi3.so"
+    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90,code=sm_90", str(cu), "-o", str(so)], check=True)
+    wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
+    ok = tiers.tier_build(spec(), result(wheel))
+    assert ok.verdict == "passed", ok.reasons
+    assert "['sm_80', 'sm_90']" in ok.reasons[0]
+    bad = tiers.tier_build(spec(targets=("8.0", "9.0", "10.0")), result(wheel))
+    assert bad.verdict == "failed"
+    assert "missing cubins ['sm_100']" in bad.reasons[0]
+
+
+@needs_nvcc
+def test_build_tier_accepts_ptx_of_a_listed_arch_only(tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n")
+    so = tmp_path / "_C.abi3.so"
+    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90,code=[sm_90,compute_90]", str(cu), "-o", str(so)], check=True)
+    wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
+    ok = tiers.tier_build(spec(), result(wheel))
+    assert ok.verdict == "passed", ok.reasons
+    assert "PTX ['compute_90'] for forward compatibility" in ok.reasons[0]
+    # Only 8.0 listed: compute_90 PTX (and the sm_90 cubin) are code for an arch the spec does not name.
+    bad = tiers.tier_build(spec(targets=("8.0",)), result(wheel))
+    assert bad.verdict == "failed"
+    assert "unexpected cubins ['sm_90']" in bad.reasons[0] and "unexpected PTX ['compute_90']" in bad.reasons[0]
+
+
+def test_build_tier_fails_a_triton_only_wheel_for_a_cuda_env(tmp_path):
+    wheel = _wheel(tmp_path, {})
+    r = tiers.tier_build(spec(), result(wheel))
+    assert r.verdict == "failed" and "no compiled extension" in r.reasons[0]
+    r = tiers.tier_build(spec(backends=("triton",)), result(wheel))
+    assert r.verdict == "passed" and "no CUDA binary expected" in r.reasons[0]
+
+
+def _gxx(out: Path, src: str, *extra: str) -> None:
+    c = out.with_suffix(".cpp")
+    c.write_text(src)
+    subprocess.run(["g++", "-shared", "-fPIC", "-O0", str(c), "-o", str(out), *extra], check=True)
+
+
+def _fake_image(tmp: Path, provider_signature: str, ext_extra: str = "") -> tuple[str, dict]:
+    """A root with libc, an interpreter, torch/lib/libc10.so and an installed extension."""
+    root = tmp / "root"
+    libdir = root / "usr/lib/x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    for name in ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1"):
+        src = Path("/usr/lib/x86_64-linux-gnu") / name
+        shutil.copy2(os.path.realpath(src), libdir / name)
+    (root / "usr/bin").mkdir(parents=True)
+    shutil.copy2(os.path.realpath(PYTHON), root / "usr/bin/python3")
+    site = root / "usr/lib/python3/site-packages"
+    torch_lib = site / "torch/lib"
+    torch_lib.mkdir(parents=True)
+    _gxx(torch_lib / "libc10.so",
+         f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}) {{}} }} }}\n",
+         "-Wl,-soname,libc10.so")
+    # torch._C really uses c10 (else --as-needed drops the DT_NEEDED entry).
+    sig_arg = "(signed char)0" if "char" in provider_signature else "0"
+    _gxx(site / "torch/_C.cpython-311-x86_64-linux-gnu.so",
+         f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}); }} }}\n"
+         f"void torch_init() {{ c10::cuda::SetDevice({sig_arg}); }}\n",
+         f"-L{torch_lib}", "-lc10", "-Wl,-rpath,$ORIGIN/lib")
+    pkg = site / "flash_kernels"
+    pkg.mkdir()
+    _gxx(pkg / "_C.abi3.so",
+         "#include <cstddef>\nnamespace c10 { namespace cuda { void SetDevice(int); } }\n"
+         "extern \"C\" void* PyLong_FromLong(long);\n" + ext_extra +
+         "extern \"C\" void* go() { c10::cuda::SetDevice(0); return PyLong_FromLong(1); }\n",
+         f"-L{torch_lib}", "-lc10")
+    probe = {"python": "/usr/bin/python3", "version": [3, 11], "libpython": None, "libdir": None,
+             "flash_kernels": "/usr/lib/python3/site-packages/flash_kernels",
+             "torch": "/usr/lib/python3/site-packages/torch"}
+    return str(root), probe
+
+
+WHEEL_NAME = "flash_kernels-0.1.0-cp39-abi3-linux_x86_64.whl"
+
+
+@needs_gxx
+def test_abi_passes_when_every_symbol_resolves_in_the_image(tmp_path):
+    root, probe = _fake_image(tmp_path, "int")
+    verdict, counts, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
+    assert verdict == "passed", reasons
+    assert counts["checked"] == 1 and counts["passed"] == 1
+    assert "limited API of CPython 3.9" in reasons[0]
+
+
+@needs_gxx
+def test_abi_fails_with_the_demangled_missing_symbol_and_near_miss(tmp_path):
+    root, probe = _fake_image(tmp_path, "signed char")
+    verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
+    assert verdict == "failed"
+    text = "\n".join(reasons)
+    assert "undefined symbol `c10::cuda::SetDevice(int)`" in text
+    assert "_ZN3c104cuda9SetDeviceEi" in text
+    assert "c10::cuda::SetDevice(signed char)" in text  # what the image has instead
+
+
+@needs_gxx
+def test_abi_flags_non_limited_api_in_an_abi3_wheel(tmp_path):
+    root, probe = _fake_image(tmp_path, "int",
+                              'extern "C" void* _PyObject_GetDictPtr(void*);\n'
+                              'extern "C" void* use() { return _PyObject_GetDictPtr(nullptr); }\n')
+    verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
+    assert verdict == "failed"
+    assert "_PyObject_GetDictPtr: not in the CPython stable ABI" in "\n".join(reasons)
+
+
+@needs_gxx
+def test_abi_flags_a_missing_library(tmp_path):
+    root, probe = _fake_image(tmp_path, "int")
+    os.remove(os.path.join(root, "usr/lib/python3/site-packages/torch/lib/libc10.so"))
+    verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
+    assert verdict == "failed"
+    assert "needs libc10.so, not found in the image" in "\n".join(reasons)

@@ -1,0 +1,220 @@
+"""`flashkit wheelhouse`: the gate, the PEP 503 index, and `pip install --require-hashes` on a fresh venv.
+
+The wheels are small real wheels written here (a stand-in flash_kernels and one
+dependency); pip is the real pip of a fresh venv, offline (--no-index), so the
+test checks what a user's install does: hashes enforced, exactly the pinned set.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from flashkit import record
+from flashkit.build import BuildResult, result_path
+from flashkit.inputhash import input_hash
+from flashkit.record import TierResult, write_json_atomic
+from flashkit.spec import load_env
+
+ENV = "cu130-torch211"
+IMAGE = "sha256:" + "3" * 64
+
+
+def make_wheel(dest: Path, name: str, version: str, module: str) -> Path:
+    """A minimal, valid pure-Python wheel (PEP 427): module, METADATA, WHEEL and RECORD with hashes."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: flashkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    lines = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join([*lines, f"{dist}/RECORD,,"]) + "\n"
+    dest.mkdir(parents=True, exist_ok=True)
+    whl = dest / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for path, text in files.items():
+            z.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), text)
+    return whl
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def setup(kit_repo, cli, monkeypatch, tmp_path):
+    """kit_repo whose env locks one real dependency wheel, with a build result and a verification record."""
+    from flashkit import cli as cli_mod
+
+    row = ("wheelhouse", "flashkit.wheelhouse")
+    monkeypatch.setattr(cli_mod, "EXTENSIONS", cli_mod.EXTENSIONS + ((row,) if row not in cli_mod.EXTENSIONS else ()))
+    deps = tmp_path / "deps"
+    dep = make_wheel(deps, "toydep", "1.0", "toydep")
+    (kit_repo / "lockfiles" / f"{ENV}.txt").write_text(
+        f"# flashkit lock {ENV} (test)\ntoydep==1.0 \\\n    --hash=sha256:{sha(dep)}\n    # via test\n"
+    )
+    wheel = make_wheel(tmp_path / "exported", "flash_kernels", "0.1.0", "flash_kernels")
+    h = input_hash(kit_repo, load_env(kit_repo, ENV))
+    res = BuildResult(
+        env=ENV, input_hash=h, runtime_ref=f"flashkit/{ENV}:x", runtime_id=IMAGE, builder_ref="b", builder_id="b",
+        runtime_size=1, builder_size=1, wheel_path=str(wheel), wheel_sha256=sha(wheel), lock_sha256="0" * 64,
+        base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=record.utc_now(),
+    )  # fmt: skip
+    write_json_atomic(result_path(kit_repo, ENV, h), res.to_json())
+
+    def verdicts(**v: str) -> None:
+        tiers = [
+            TierResult(tier=t, verdict=x, counts={"passed": 1} if x == "passed" else {}, reasons=() if x == "passed"
+                       else ("no GPU here",), duration_s=0.0, judged={"image_id": IMAGE})
+            for t, x in v.items()
+        ]  # fmt: skip
+        record.upsert_entry(
+            record.record_path(ENV, kit_repo), h, {"image_id": IMAGE, "wheel_sha256": sha(wheel)}, tiers
+        )
+
+    return {"repo": kit_repo, "cli": cli, "deps": deps, "wheel": wheel, "hash": h, "verdicts": verdicts}
+
+
+def fresh_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    return path / "bin" / "python"
+
+
+def pip(py: Path, *args: str) -> subprocess.CompletedProcess:
+    # Isolated from this host's pip configuration (its constraint file and find-links).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env)
+
+
+def test_verified_set_installs_by_hash_on_a_fresh_venv(setup, tmp_path):
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    out = tmp_path / "wh"
+    r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out))
+    assert r.code == 0, r.err
+    d = out / ENV
+    req = (d / "requirements.txt").read_text()
+    assert f"flash-kernels==0.1.0 \\\n    --hash=sha256:{sha(s['wheel'])}" in req
+    assert "toydep==1.0" in req and s["hash"] in req
+    assert (d / "files" / "SHA256SUMS").read_text() == f"{sha(s['wheel'])}  {s['wheel'].name}\n"
+    page = (d / "simple" / "flash-kernels" / "index.html").read_text()
+    assert f"../../files/{s['wheel'].name}#sha256={sha(s['wheel'])}" in page
+
+    py = fresh_venv(tmp_path / "venv")
+    # Run from elsewhere: `--find-links files` resolves relative to the requirements file.
+    res = pip(
+        py,
+        "install",
+        "--require-hashes",
+        "--no-index",
+        "--find-links",
+        str(s["deps"]),
+        "-r",
+        str(d / "requirements.txt"),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    frozen = pip(py, "freeze").stdout.split()
+    assert sorted(frozen) == ["flash_kernels==0.1.0", "toydep==1.0"]
+
+    # The PEP 503 index serves the same bytes.
+    got = pip(py, "download", "--no-deps", "--index-url", (d / "simple").as_uri(), "flash-kernels==0.1.0",
+              "-d", str(tmp_path / "dl"))  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert sha(tmp_path / "dl" / s["wheel"].name) == sha(s["wheel"])
+
+
+def test_a_tampered_wheel_does_not_install(setup, tmp_path):
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    out = tmp_path / "wh"
+    assert s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out)).code == 0
+    exported = out / ENV / "files" / s["wheel"].name
+    os.chmod(exported, 0o644)
+    with zipfile.ZipFile(exported, "a") as z:
+        z.writestr("flash_kernels/evil.py", "raise SystemExit\n")
+    py = fresh_venv(tmp_path / "venv")
+    res = pip(py, "install", "--require-hashes", "--no-index", "--find-links", str(s["deps"]),
+              "-r", str(out / ENV / "requirements.txt"))  # fmt: skip
+    assert res.returncode != 0 and "DO NOT MATCH THE HASHES" in res.stderr
+    assert "flash_kernels" not in pip(py, "freeze").stdout
+
+
+def test_gate_refusals_write_nothing(setup, tmp_path):
+    s = setup
+    out = tmp_path / "wh"
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="not-run")
+    r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out))
+    assert r.code == 17 and "tier gpu is not-run" in r.err and "--policy no-gpu" in r.err
+    assert not out.exists()
+    # Asked for explicitly, the weaker policy is written into the requirements header.
+    r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out), "--policy", "no-gpu")
+    assert r.code == 0, r.err
+    assert "policy no-gpu (build,abi,cpu)" in (out / ENV / "requirements.txt").read_text()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    # The exported wheel changed after verification: refused, the existing wheelhouse untouched.
+    with zipfile.ZipFile(s["wheel"], "a") as z:
+        z.writestr("flash_kernels/x.py", "")
+    r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out), "--policy", "no-gpu")
+    assert r.code == 17 and "judged wheel" in r.err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_changed_lockfile_refuses(setup, tmp_path):
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    lock = s["repo"] / "lockfiles" / f"{ENV}.txt"
+    lock.write_text(lock.read_text() + "# edited\n")
+    r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(tmp_path / "wh"))
+    assert r.code == 17 and "no build for its current input hash" in r.err
+    assert not (tmp_path / "wh").exists()
+
+
+def test_requirements_are_deterministic(setup, tmp_path):
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    texts = []
+    for i in range(2):
+        out = tmp_path / f"wh{i}"
+        assert s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out)).code == 0
+        texts.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
+    assert texts[0] == texts[1]
+    assert json.dumps(sorted(str(p) for p in texts[0])) == json.dumps(
+        sorted(
+            [
+                f"{ENV}/files/SHA256SUMS",
+                f"{ENV}/files/{s['wheel'].name}",
+                f"{ENV}/requirements.txt",
+                f"{ENV}/simple/flash-kernels/index.html",
+                f"{ENV}/simple/index.html",
+            ]
+        )
+    )
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("python_version", ["3.11", "3.12"])
+def test_real_lock_resolves_and_its_hashes_match_pypi(tmp_path, python_version):
+    """The torch half of cu130-torch211's production requirements, for the build host's Python (3.11) and the
+    GPU host's (3.12): pip resolves every pin and checks every downloaded wheel against its hash (about 3 GB
+    the first time; pip's cache afterwards). The flash_kernels line needs a verified build, so it is not here."""
+    from kitsupport import REPO
+
+    py = fresh_venv(tmp_path / "venv")
+    res = pip(py, "install", "--dry-run", "--ignore-installed", "--require-hashes", "--only-binary=:all:",
+              "--python-version", python_version, "--target", str(tmp_path / "t"),
+              "-r", str(REPO / "lockfiles" / f"{ENV}.txt"))  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "torch-2.11.0" in res.stdout
