@@ -187,9 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="where to write the JSON result")
     p.add_argument("--log", help="also keep the suite's full output here")
     p.add_argument("--timeout", type=int, default=3600)
-    p.add_argument("selftest_args", nargs="*",
-                   help="after --: passed to `python -m flash_kernels.selftest` (e.g. -- -n 8 -q)")
-    args = p.parse_args(argv)
+    p.epilog = "Arguments after `--` go to `python -m flash_kernels.selftest` (e.g. -- -n 8 -q)."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # argparse cannot hand a positional list that follows options to a second positional, so the
+    # selftest's arguments are split off at `--` before parsing.
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:cut])
+    args.selftest_args = argv[cut + 1 :]
     result = check(args)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:

@@ -26,6 +26,11 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
 def _prepare(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, softcap,
              alibi_slopes, batch):
     dispatch.check_qkv(q, k, v, varlen=varlen)
@@ -38,7 +43,9 @@ def _prepare(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, 
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     features = dispatch.Features(causal=causal, window_size=(left, right), softcap=float(softcap),
                                  alibi_slopes=alibi_slopes, dropout_p=dropout_p, is_varlen=varlen)
-    backend = dispatch.choose_backend(q, k, v, features)
+    # Traced by torch.compile, q/k/v are fakes the support checks cannot read: flash_kernels::fwd/bwd
+    # then choose on the real tensors at run time (ops._resolve).
+    backend = "auto" if _compiling() else dispatch.choose_backend(q, k, v, features)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return q, k, v, float(softmax_scale), left, right, backend
 

@@ -1,7 +1,8 @@
 """The attention operators, registered with torch.library so torch.compile can trace through them.
 
-Each op receives the backend chosen by the caller ("triton" or "cuda") as a string argument, so
-a compiled graph records which implementation it runs. Fake (meta) implementations give
+Each op receives the backend the caller chose ("triton" or "cuda") as a string argument, so a
+compiled graph records which implementation it runs; a traced caller passes "auto" and the op
+chooses on the real tensors (see _resolve). Fake (meta) implementations give
 torch.compile the output shapes; the autograd formulas call the backward ops.
 Causal attention arrives here folded into the window (right bound 0), as flash_attn does.
 No ``from __future__ import annotations`` here: torch.library reads the annotations to build
@@ -13,6 +14,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import dispatch
 from .dispatch import cuda_backend
 
 
@@ -39,11 +41,27 @@ def _is_causal(window_left: int, window_right: int) -> bool:
     return window_right == 0 and window_left < 0
 
 
+def _resolve(backend: str, q: Tensor, k: Tensor, v: Tensor, window_left: int, window_right: int,
+             softcap: float, alibi_slopes: Optional[Tensor]) -> str:
+    """The backend for "auto": chosen here, on real tensors, when the caller was being traced.
+
+    Under torch.compile the Python API sees fake tensors, and the CUDA path's support checks read
+    data pointers and device properties, so the API passes "auto" and the op decides at run time.
+    """
+    if backend != "auto":
+        return backend
+    features = dispatch.Features(causal=_is_causal(window_left, window_right),
+                                 window_size=(window_left, window_right), softcap=softcap,
+                                 alibi_slopes=alibi_slopes, dropout_p=0.0, is_varlen=False)
+    return dispatch.choose_backend(q, k, v, features)
+
+
 # ----------------------------------------------------------------------------- dense
 @torch.library.custom_op("flash_kernels::fwd", mutates_args=())
 def attn_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
              window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
              deterministic: bool, backend: str) -> tuple[Tensor, Tensor]:
+    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes)
     if backend == "cuda":
         return _cuda().fwd(q, k, v, softmax_scale, _is_causal(window_left, window_right),
                            window_left, window_right, softcap)
@@ -63,6 +81,7 @@ def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
              softmax_scale: float, window_left: int, window_right: int, softcap: float,
              alibi_slopes: Optional[Tensor], deterministic: bool,
              backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes)
     if backend == "cuda":
         return _cuda().bwd(dout, q, k, v, out, lse, softmax_scale,
                            _is_causal(window_left, window_right), window_left, window_right,
