@@ -76,11 +76,26 @@ def junit_counts(xml_text: str) -> dict[str, int]:
     return tot
 
 
+def junit_failures(xml_text: str, limit: int = 10) -> list[str]:
+    """The first line of each failure or error, named by test."""
+    out = []
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        for kind in ("failure", "error"):
+            el = case.find(kind)
+            if el is not None:
+                msg = (el.get("message") or el.text or "").strip().splitlines()
+                first = msg[0][:300] if msg else ""
+                out.append(f"{kind}: {case.get('classname')}.{case.get('name')}: {first}")
+    return out[:limit]
+
+
 def check(args: argparse.Namespace) -> dict:
     start = time.monotonic()
     reasons: list[str] = []
     counts: dict[str, int] = {}
     host = gpu_facts()
+    if not os.path.isfile(args.wheel):
+        raise SystemExit(f"artifact_check: {args.wheel}: no such wheel file (copy the exported wheel here first)")
     digest = sha256(args.wheel)
     result = {
         "schema": RESULT_SCHEMA,
@@ -153,13 +168,7 @@ def check(args: argparse.Namespace) -> dict:
         if rc != 0 or not where.strip().startswith(os.path.realpath(target)):
             reasons.append(f"flash_kernels was imported from {where.strip()!r}, not from the installed wheel")
             return finish("error")
-        for case in ET.fromstring(xml_text).iter("testcase"):
-            for kind in ("failure", "error"):
-                el = case.find(kind)
-                if el is not None and len(reasons) < 10:
-                    msg = (el.get("message") or el.text or "").strip().splitlines()
-                    first = msg[0][:300] if msg else ""
-                    reasons.append(f"{kind}: {case.get('classname')}.{case.get('name')}: {first}")
+        reasons.extend(junit_failures(xml_text))
         if counts["failed"] or counts["errors"] or p.returncode != 0:
             if not reasons:
                 reasons.append(f"the suite exited {p.returncode}: {log[-800:]}")

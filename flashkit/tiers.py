@@ -21,12 +21,12 @@ import platform
 import re
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from flashkit import elf
+from flashkit.artifact_check import junit_counts, junit_failures  # stdlib-only: it also runs on GPU hosts
 from flashkit.build import BuildResult
 from flashkit.container import Container
 from flashkit.engine import Engine
@@ -350,32 +350,6 @@ def tier_abi(engine: Engine, spec, res: BuildResult) -> TierResult:
 
 # ---------------------------------------------------------------------------
 # cpu / gpu: the kernel suite inside the container
-
-
-def junit_counts(xml_text: str) -> dict[str, int]:
-    """tests/passed/failed/errors/skipped summed over every <testsuite> of a JUnit XML report."""
-    root = ET.fromstring(xml_text)
-    suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
-    tot = {"tests": 0, "failed": 0, "errors": 0, "skipped": 0}
-    for s in suites:
-        tot["tests"] += int(s.get("tests", 0))
-        tot["failed"] += int(s.get("failures", 0))
-        tot["errors"] += int(s.get("errors", 0))
-        tot["skipped"] += int(s.get("skipped", 0))
-    tot["passed"] = tot["tests"] - tot["failed"] - tot["errors"] - tot["skipped"]
-    return tot
-
-
-def junit_failures(xml_text: str, limit: int = 10) -> list[str]:
-    out = []
-    for case in ET.fromstring(xml_text).iter("testcase"):
-        for kind in ("failure", "error"):
-            el = case.find(kind)
-            if el is not None:
-                msg = (el.get("message") or el.text or "").strip().splitlines()
-                first = msg[0][:300] if msg else ""
-                out.append(f"{kind}: {case.get('classname')}.{case.get('name')}: {first}")
-    return out[:limit]
 
 
 def run_suite(
