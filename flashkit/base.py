@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import email.utils
-import hashlib
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from flashkit.artifact_check import sha256  # one streaming file hash, stdlib-only
 from flashkit.engine import Engine, ensure_engine
 from flashkit.image_errors import BaseImageError
 from flashkit.record import write_json_atomic
@@ -228,7 +228,7 @@ def create_base(
             ],
             logf,
         )
-        digest = _sha256(tar_path)
+        digest = "sha256:" + sha256(tar_path)
         tag = f"{repo}:{suite}"
         changes = [
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -262,14 +262,6 @@ def create_base(
     _write_record(record_path, rec)
     log.info("%s = %s (layer %s) in %.0fs", tag, rec.image_id, digest, rec.seconds)
     return rec
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 def load_records(record_path: Path = RECORD_PATH) -> dict[str, BaseRecord]:

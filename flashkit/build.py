@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from flashkit import hostinfo, paths
+from flashkit.artifact_check import sha256  # one streaming file hash, stdlib-only
 from flashkit.base import pinned_base
 from flashkit.container import Container, image_inspect
 from flashkit.engine import Engine, ensure_engine
@@ -85,14 +86,6 @@ def load_result(root: Path, env_id: str, input_hash: str) -> BuildResult | None:
     if not p.exists():
         return None
     return BuildResult(**json.loads(p.read_text()))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def prepare_context(root: Path, spec, dockerfile: str, ctx: Path) -> None:
@@ -283,7 +276,7 @@ def build_env(
 
     wheel_dir = root / WORK / "wheels" / env_id / h
     wheel = export_wheel(engine, builder_ref, wheel_dir)
-    digest = sha256_file(wheel)
+    digest = sha256(wheel)
     (wheel_dir / "SHA256SUMS").write_text(f"{digest}  {wheel.name}\n")
 
     runtime_attrs, builder_attrs = image_inspect(engine, runtime_ref), image_inspect(engine, builder_ref)

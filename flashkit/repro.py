@@ -16,10 +16,11 @@ belongs to ``flashkit.build``; here are the judges, pure over plain values:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 import zipfile
 from pathlib import Path
+
+from flashkit.artifact_check import sha256  # one streaming file hash, stdlib-only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +56,8 @@ class WheelComparison:
         return "\n".join(lines)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def compare_wheels(first: Path, second: Path) -> WheelComparison:
-    a_sha, b_sha = _sha256(first), _sha256(second)
+    a_sha, b_sha = sha256(first), sha256(second)
     if a_sha == b_sha:
         return WheelComparison(a_sha, b_sha)
     with zipfile.ZipFile(first) as za, zipfile.ZipFile(second) as zb:

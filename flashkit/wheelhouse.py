@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import html
 import os
 import shutil
@@ -41,6 +40,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from flashkit import record
+from flashkit.artifact_check import sha256  # one streaming file hash, stdlib-only
 from flashkit.publish import Policy, PublishRefused, gate, parse_policy, refuse_hint, refuse_message
 
 DEFAULT_OUT = Path(".work/wheelhouse")
@@ -56,14 +56,6 @@ class VerifiedWheel:
     passed_tiers: tuple[str, ...]
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_wheel(
     env_id: str, input_hash: str, image_id: str, wheel: Path, record_file: Path, policy: Policy
 ) -> VerifiedWheel:
@@ -77,7 +69,7 @@ def check_wheel(
     judged = rec["entries"][input_hash]["artifact"].get("wheel_sha256")
     if not wheel.is_file():
         raise PublishRefused(f"{env_id}: the verified wheel {wheel} is missing", hint=f"run `flashkit build {env_id}`")
-    actual = sha256_of(wheel)
+    actual = sha256(wheel)
     if actual != judged:
         raise PublishRefused(
             f"{env_id}: {wheel} has sha256 {actual}, but record {record_file} judged wheel {judged}",
@@ -121,7 +113,7 @@ def write_env_wheelhouse(out: Path, vw: VerifiedWheel, lock_text: str, lock_name
         files = stage / "files"
         files.mkdir()
         shutil.copyfile(vw.path, files / vw.path.name)
-        if sha256_of(files / vw.path.name) != vw.sha256:
+        if sha256(files / vw.path.name) != vw.sha256:
             raise PublishRefused(f"{vw.path} changed while it was copied")
         (files / "SHA256SUMS").write_text(f"{vw.sha256}  {vw.path.name}\n")
         for rel, text in simple_index(vw.path.name, vw.sha256).items():
