@@ -42,6 +42,7 @@ def lint(session: nox.Session) -> None:
     _kit(session)
     session.run("ruff", "--version")
     session.run("ruff", "check", "flashkit", "tests", "noxfile.py", "benchmarks")
+    session.run("ruff", "format", "--check", "flashkit", "tests", "noxfile.py", "benchmarks")
     session.run("flashkit", "lint", "--all")
 
 

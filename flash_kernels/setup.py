@@ -105,6 +105,10 @@ def cuda_extension_and_cmdclass():
         sources=sources,
         include_dirs=[os.path.join(HERE, "csrc")],
         py_limited_api=True,
+        # nvcc names each intermediate file tmpxft_<pid>_..., and that name reaches the .so as a local FILE
+        # symbol, so two builds of the same sources differed. Dropping local symbols (-x) makes the .so a
+        # function of the sources and toolchain only; exported and dynamic symbols are untouched.
+        extra_link_args=["-Wl,-x"],
         extra_compile_args={
             "cxx": ["-O3", "-std=c++17", *limited_flags],
             "nvcc": [
@@ -112,8 +116,13 @@ def cuda_extension_and_cmdclass():
                 "-std=c++17",
                 "--use_fast_math",
                 "--expt-relaxed-constexpr",
-                # line tables only: compute-sanitizer and ncu reports name source lines; no codegen change
-                "-lineinfo",
+                # nvcc otherwise draws a fresh random number into the names of internal-linkage functions
+                # (_INTERNAL_<file hash>_..._<n>), so two builds of one source differed. A fixed seed is
+                # safe for every file: the names already carry the file's own hash.
+                "-frandom-seed=flash_kernels",
+                # Line tables (for compute-sanitizer/ncu source lines) only on request: they embed each
+                # header's mtime, and the CUDA headers' mtimes are their install time in the image.
+                *(["-lineinfo"] if os.environ.get("FLASH_KERNELS_LINEINFO") == "1" else []),
                 f"--threads={plan.nvcc_threads}",
                 *bc.gencode_flags(archs),
                 *limited_flags,

@@ -149,8 +149,16 @@ def check(args: argparse.Namespace) -> dict:
         report = os.path.join(tmp, "junit.xml")
         env = dict(os.environ, PYTHONPATH=target + os.pathsep + os.environ.get("PYTHONPATH", ""))
         # Run from the temp dir so a flash_kernels source checkout in the cwd cannot shadow the wheel.
-        suite = [sys.executable, "-m", "flash_kernels.selftest", "--tier", "gpu", "--junitxml", report,
-                 *args.selftest_args]
+        suite = [
+            sys.executable,
+            "-m",
+            "flash_kernels.selftest",
+            "--tier",
+            "gpu",
+            "--junitxml",
+            report,
+            *args.selftest_args,
+        ]
         p = subprocess.run(suite, cwd=tmp, env=env, capture_output=True, text=True, timeout=args.timeout)
         log = p.stdout + p.stderr
         if args.log:

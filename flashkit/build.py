@@ -180,7 +180,13 @@ def build_env(
     overrides: dict[str, str | None] | None = None,
     engine: Engine | None = None,
     host_mem_gib: int | None = None,
+    check: bool = False,
 ) -> BuildResult:
+    """Build ENV's builder and runtime images and export its wheel.
+
+    ``check=True`` is the second build of ``flashkit build --check``: no layer cache, its own tags
+    (``<tag>-check``) and wheel folder, and no result file, so the first build stays the one of record.
+    """
     from flashkit.inputhash import input_hash, tag_suffix
     from flashkit.render import render_env
     from flashkit.spec import load_env
@@ -190,6 +196,8 @@ def build_env(
     env_id = str(spec.id)
     h = input_hash(root, spec)
     short = tag_suffix(h)
+    if check:
+        short, rebuild, no_cache = f"{short}-check", True, True
     runtime_ref, builder_ref = image_ref(env_id, short), image_ref(env_id, f"{short}-builder")
     lock_path = paths.lock_file(root, env_id)
     if not lock_path.exists():
@@ -214,11 +222,11 @@ def build_env(
 
     # Memory sizes MAX_JOBS/NVCC_THREADS in the Dockerfile; it is a site input, not identity.
     dockerfile = render_env(root, spec, host_mem_gib=host_mem_gib or hostinfo.mem_gib())
-    ctx = root / WORK / "ctx" / f"{env_id}-{h}"
+    ctx = root / WORK / "ctx" / f"{env_id}-{h}{'-check' if check else ''}"
     prepare_context(root, spec, dockerfile, ctx)
     logs = root / WORK / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{env_id}-{h}.log"
+    log_path = logs / f"{env_id}-{h}{'-check' if check else ''}.log"
     log_path.write_text(f"# flashkit build {env_id} input hash {h} at {utc_now()}\n")
 
     client = engine.build_client
@@ -249,17 +257,16 @@ def build_env(
     ids: dict[str, str] = {}
     for stage in STAGES:
         ref = builder_ref if stage == "builder" else runtime_ref
-        latest = image_ref(env_id, "latest-local-builder" if stage == "builder" else "latest-local")
-        iid = ctx.parent / f"{env_id}-{h}.{stage}.iid"
+        tags = ["-t", ref]
+        if not check:
+            tags += ["-t", image_ref(env_id, "latest-local-builder" if stage == "builder" else "latest-local")]
+        iid = ctx.parent / f"{ctx.name}.{stage}.iid"
         argv = [
             *client.build_argv(),
             *common,
             "--target",
             stage,
-            "-t",
-            ref,
-            "-t",
-            latest,
+            *tags,
             "--iidfile",
             str(iid),
             str(ctx),
@@ -274,7 +281,7 @@ def build_env(
         ids[stage] = iid.read_text().strip()
     seconds = time.monotonic() - start
 
-    wheel_dir = root / WORK / "wheels" / env_id / h
+    wheel_dir = root / WORK / "wheels" / env_id / h / ("check" if check else "")
     wheel = export_wheel(engine, builder_ref, wheel_dir)
     digest = sha256(wheel)
     (wheel_dir / "SHA256SUMS").write_text(f"{digest}  {wheel.name}\n")
@@ -299,7 +306,8 @@ def build_env(
         context=context,
         date=utc_now(),
     )
-    write_json_atomic(result_path(root, env_id, h), result.to_json())
+    if not check:
+        write_json_atomic(result_path(root, env_id, h), result.to_json())
     shutil.rmtree(ctx, ignore_errors=True)
     return result
 
@@ -326,27 +334,42 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("env", help="env id, e.g. cu130-torch211")
     p.add_argument("--rebuild", action="store_true", help="build even when an image with this input hash exists")
     p.add_argument("--no-cache", action="store_true", help="ignore BuildKit's layer cache (cold build)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="build again without cache and compare with the build of record: the wheel must be "
+        "bit-identical (exit 30 if not); differing image layers are listed with their step",
+    )
     p.add_argument("--quiet", action="store_true", help="show only step headers; the log keeps everything")
     p.add_argument("--pip-index-url", help="pip index for the build (default: $FLASHKIT_PIP_INDEX_URL)")
     p.add_argument("--debian-mirror", help="Debian mirror for apt in the build (default: $FLASHKIT_DEBIAN_MIRROR)")
-    p.add_argument("--install-engine", action="store_true",
-                   help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)")
+    p.add_argument(
+        "--install-engine",
+        action="store_true",
+        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
+    )
     p.set_defaults(run=run)
     return p
 
 
 def run(args) -> int:
     root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
-    res = build_env(
-        root,
-        args.env,
-        rebuild=args.rebuild,
-        no_cache=args.no_cache,
+    options = dict(
         quiet=args.quiet,
         host_mem_gib=getattr(args, "host_mem_gib", None),
         overrides={"PIP_INDEX_URL": args.pip_index_url, "DEBIAN_MIRROR": args.debian_mirror},
         engine=ensure_engine(install=args.install_engine),
     )
+    if args.check:
+        from flashkit.build_check import NotReproducible, check_env, report_path
+
+        report = check_env(root, args.env, **options)
+        print(report.text())
+        print(f"report: {paths.rel(root, report_path(root, report.env, report.input_hash))}")
+        if not report.wheel.identical:
+            raise NotReproducible(f"{report.env}: the cold rebuild's wheel differs from the first build's (above)")
+        return 0
+    res = build_env(root, args.env, rebuild=args.rebuild, no_cache=args.no_cache, **options)
     what = "built" if res.built else "up to date"
     print(f"{res.env} {what}: input hash {res.input_hash}" + (f" in {res.seconds:.0f}s" if res.built else ""))
     print(f"  runtime {res.runtime_ref}  {res.runtime_id}  {human_size(res.runtime_size)}")

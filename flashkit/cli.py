@@ -41,20 +41,7 @@ EXTENSIONS: tuple[tuple[str, str], ...] = (
     ("ci-matrix", "flashkit.ci_matrix"),
 )
 
-EPILOG = """\
-exit codes:
-  0  success
-  1  internal error (a bug in flashkit; rerun with --debug for the traceback)
-  2  usage error (bad command line)
-  3  invalid input: an env spec, an unknown env id, a repository layout problem
-  4  an env was rejected by a compatibility rule
-  5  lockfile problem: missing, stale, inconsistent, or the resolver (uv) failed
-  6  lint failed: hadolint reported findings on a rendered Dockerfile
-  7  a required external tool is missing or failed to start (uv, hadolint, docker)
-  8  not implemented yet
-  10-19 image build / verification / publish errors
-  20 doctor: problems found;  21 doctor: could not inspect the environment
-"""
+EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
 
 
 def _root(args) -> Path:

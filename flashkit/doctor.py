@@ -82,6 +82,7 @@ class Target:
     glibc_policy: str | None = None  # "manylinux_2_28": check modules against it too
     torch_version: str | None = None
     torch_cxx11_abi: bool | None = None
+    torch_cuda: str | None = None  # torch.version.cuda
     capabilities: tuple[str, ...] = ()  # GPU compute capabilities "9.0"
 
 
@@ -363,7 +364,7 @@ def module_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
                     m.path,
                     f"needs {miss.name} (DT_NEEDED of {_base(miss.needed_by)}), which is not found",
                     cause=_missing_lib_cause(miss.name, target),
-                    fix=f"install the package that provides {miss.name}, or the env matching this torch",
+                    fix=_missing_lib_fix(miss.name, m, target),
                     details={
                         "module": m.path,
                         "library": miss.name,
@@ -393,8 +394,10 @@ def module_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
                     details={"module": m.path, **dataclasses.asdict(mv)},
                 )
             )
-        if not res.missing_libraries:
-            for u in res.unresolved:
+        # the loader stops at the first missing library, but symbols that library cannot
+        # provide (torch's C++ API when libcudart is missing) are still this module's problem
+        for u in res.unresolved:
+            if not any(_may_provide(miss.name, u) for miss in res.missing_libraries):
                 out.append(symbol_finding(u, m, target))
         for path, reason in res.unreadable:
             out.append(
@@ -412,8 +415,8 @@ def module_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
                     "info",
                     "no-demangler",
                     m.path,
-                    "c++filt not found: C++ symbol names are shown mangled",
-                    fix="install binutils",
+                    "no C++ demangler (neither c++filt nor libstdc++'s __cxa_demangle): names are shown mangled",
+                    fix="install binutils (c++filt)",
                 )
             )
 
@@ -511,10 +514,37 @@ def module_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
     return out
 
 
+def _may_provide(library: str, u: elf.UnresolvedSymbol) -> bool:
+    """Whether a missing ``library`` could be where ``u`` is defined (unknown libraries: yes)."""
+    if re.match(r"libcudart\.so", library):
+        return u.name.startswith(("cuda", "__cuda"))
+    if re.match(r"libcuda\.so", library):
+        return u.name.startswith("cu")
+    if _TORCH_LIBS.match(library):
+        return u.demangled.startswith(_TORCH_NAMESPACES) or u.name.startswith(("aoti_torch_", "THP", "_Z"))
+    if library.startswith("libpython"):
+        return u.name.startswith(("Py", "_Py"))
+    return True
+
+
+def _missing_lib_fix(name: str, m: probe.ModuleFacts, target: Target) -> str:
+    dist = m.distribution or m.package
+    cudart = re.match(r"libcudart\.so\.(\d+)", name)
+    if cudart and target.torch_cuda and target.torch_cuda.split(".")[0] != cudart.group(1):
+        return (
+            f"install the {dist} wheel built for torch {target.torch_version} with CUDA "
+            f"{target.torch_cuda.split('.')[0]} (the recommended env <env>), or switch to a torch built with "
+            f"CUDA {cudart.group(1)}; adding a CUDA {cudart.group(1)} runtime beside this torch does not help: "
+            "the module would then fail on torch's own symbols"
+        )
+    return f"install the package that provides {name}, or the env matching this torch (<env>)"
+
+
 def _missing_lib_cause(name: str, target: Target) -> str:
     m = re.match(r"libcudart\.so\.(\d+)", name)
     if m:
-        return f"built against the CUDA {m.group(1)} runtime, which this environment does not provide"
+        here = f" (torch here uses CUDA {target.torch_cuda})" if target.torch_cuda else ""
+        return f"built against the CUDA {m.group(1)} runtime, which this environment does not provide{here}"
     if _TORCH_LIBS.match(name):
         return "torch's libraries are not found: torch is missing, or a different torch is installed"
     if name.startswith("libpython"):
@@ -777,6 +807,162 @@ def _nvcc_findings(facts: probe.Facts) -> list[Finding]:
 
 
 # ---------------------------------------------------------------------------
+# What a flash-attention wheel was built for
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildLabel:
+    """The torch/CUDA a wheel says it was built for, from its local version label.
+
+    flash_kernels (``0.1.0+cu130torch2.11cxx11abitrue``) and flash-attn's release
+    wheels (``+cu12torch2.6cxx11abiFALSE``) spell it the same way.
+    """
+
+    torch: str  # "2.11"
+    cuda: str | None = None  # "13.0", or "12" when the label names only the major
+    rocm: str | None = None
+    cxx11_abi: bool | None = None
+
+
+_BUILD_LABEL = re.compile(
+    r"(?:cu(?P<cu>\d+)|rocm(?P<rocm>\d+(?:\.\d+)*))?torch(?P<torch>\d+\.\d+)(?:cxx11abi(?P<abi>true|false))?",
+    re.IGNORECASE,
+)
+
+
+def build_label(version: str) -> BuildLabel | None:
+    if "+" not in version:
+        return None
+    m = _BUILD_LABEL.search(version.split("+", 1)[1])
+    if not m:
+        return None
+    cuda = None
+    if m.group("cu"):
+        digits = m.group("cu")
+        cuda = digits if len(digits) <= 2 else f"{digits[:-1]}.{digits[-1]}"
+    abi = m.group("abi")
+    return BuildLabel(m.group("torch"), cuda, m.group("rocm"), None if abi is None else abi.lower() == "true")
+
+
+def _minor(version: str) -> str:
+    return ".".join(re.findall(r"\d+", version)[:2])
+
+
+def _env_line(env: str, specs_by_id: Mapping[str, Any], records, lockfiles) -> str:
+    spec = specs_by_id[env]
+    parts = [_verification(env, records.get(env))]
+    if lockfiles.get(env):
+        parts.append(f"lockfile {lockfiles[env]}")
+    if spec.publish_tags:
+        parts.append(f"image tag {spec.publish_tags[0]}")
+    return f"env {env} ({'; '.join(parts)})"
+
+
+def built_for_findings(
+    facts: probe.Facts,
+    findings: Sequence[Finding],
+    specs: Sequence[Any] | None,
+    records: Mapping[str, Any],
+    lockfiles: Mapping[str, str | None],
+    recommended: str | None,
+) -> list[Finding]:
+    """One finding per flash package built for another torch/CUDA than the one here, with both ways out.
+
+    The evidence is the wheel's version label, the CUDA runtime its modules
+    link (``libcudart.so.13``) and the module findings already made; it is an
+    error when those findings hold an error, a warning otherwise.
+    """
+    torch = facts.torch
+    if torch is None or not torch.imported or not torch.version:
+        return []
+    out = []
+    by_id = {str(s.id): s for s in specs or ()}
+    for dist in facts.distributions:
+        if dist.name.lower().replace("-", "_") not in probe.MODULE_PACKAGES:
+            continue
+        label = build_label(dist.version)
+        mods = [m for m in facts.modules if m.distribution == dist.name]
+        cudart = sorted({x.group(1) for m in mods for n in m.needed if (x := re.match(r"libcudart\.so\.(\d+)$", n))})
+        built_torch = label.torch if label else None
+        built_cuda = label.cuda if label and label.cuda else (cudart[0] if len(cudart) == 1 else None)
+        torch_differs = built_torch is not None and built_torch != _minor(torch.version)
+        cuda_differs = (
+            built_cuda is not None and torch.cuda is not None and built_cuda.split(".")[0] != torch.cuda.split(".")[0]
+        )
+        if not (torch_differs or cuda_differs):
+            continue
+        paths = {m.path for m in mods}
+        errors = [f for f in findings if f.severity == "error" and f.details.get("module") in paths]
+        symbols = [
+            f.details["demangled"]
+            for f in errors
+            if f.code in ("undefined-symbol", "cxx-abi-mismatch")
+            and str(f.details.get("demangled", "")).startswith(_TORCH_NAMESPACES)
+        ]
+        built = " with ".join(
+            x
+            for x in (f"torch {built_torch}" if built_torch else None, f"CUDA {built_cuda}" if built_cuda else None)
+            if x
+        )
+        here = f"torch {torch.version}" + (f" with CUDA {torch.cuda}" if torch.cuda else "")
+        evidence = []
+        if label:
+            evidence.append(f"its version label +{dist.version.split('+', 1)[1]}")
+        missing_rt = [f"libcudart.so.{n}" for n in cudart if torch.cuda and n != torch.cuda.split(".")[0]]
+        if missing_rt:
+            evidence.append(f"its modules link {', '.join(missing_rt)} (CUDA {cudart[0]})")
+        if symbols:
+            evidence.append(
+                f"{len(symbols)} torch C++ symbol(s) that torch {torch.version} does not define, e.g. `{symbols[0]}`"
+            )
+        ways = []
+        if recommended in by_id and _minor(by_id[recommended].torch) == _minor(torch.version):
+            ways.append(
+                f"keep torch {torch.version}: install the {dist.name} wheel (or the image) of "
+                + _env_line(recommended, by_id, records, lockfiles)
+            )
+        else:
+            ways.append(f"rebuild {dist.name} against torch {torch.version}")
+        origin = [
+            str(s.id)
+            for s in specs or ()
+            if built_torch
+            and _minor(s.torch) == built_torch
+            and (
+                built_cuda is None
+                or (s.accelerator.kind == "cuda" and s.accelerator.major == int(built_cuda.split(".")[0]))
+            )
+        ]
+        if origin:
+            ways.append(
+                "or keep this wheel: use the combination it was built for, "
+                + _env_line(origin[0], by_id, records, lockfiles)
+            )
+        elif built:
+            ways.append(f"or install the torch it was built for ({built})")
+        out.append(
+            Finding(
+                "error" if errors else "warning",
+                "built-for-another-torch",
+                dist.name,
+                f"{dist.name} {dist.version} was built for {built}; this environment has {here}",
+                cause="a wheel built for another torch/CUDA combination"
+                + (": " + "; ".join(evidence) if evidence else ""),
+                fix="; ".join(ways),
+                details={
+                    "distribution": dist.name,
+                    "version": dist.version,
+                    "built_for": {"torch": built_torch, "cuda": built_cuda},
+                    "here": {"torch": torch.version, "cuda": torch.cuda},
+                    "symbols": symbols,
+                    "envs": {"recommended": recommended, "built_for": origin[0] if origin else None},
+                },
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Recommendation
 
 
@@ -806,8 +992,13 @@ def _targets_cover(gpu_targets: Iterable[str], cap: str) -> bool:
         return False
 
 
-def score_env(spec, facts: probe.Facts, caps: Sequence[str]) -> Candidate:
-    """How well one EnvSpec fits the probed environment (higher is closer)."""
+def score_env(spec, facts: probe.Facts, caps: Sequence[str], lock_cuda: str | None = None) -> Candidate:
+    """How well one EnvSpec fits the probed environment (higher is closer).
+
+    ``lock_cuda`` is the CUDA runtime the env's lockfile pins for torch ("12.6"):
+    the spec's accelerator version is its toolkit's, and torch's wheel may use a
+    newer minor of the same major (torch 2.7.1 from PyPI is cu126 beside nvcc 12.4).
+    """
     score = 0
     matches: list[str] = []
     diffs: list[str] = []
@@ -850,6 +1041,9 @@ def score_env(spec, facts: probe.Facts, caps: Sequence[str]) -> Candidate:
                 if ah[:2] == ev[:2]:
                     score += 5
                     matches.append(f"{spec.accelerator}")
+                elif lock_cuda and ah[:2] == lock_cuda.split(".")[:2]:
+                    score += 5
+                    matches.append(f"{spec.accelerator} toolkit, torch's CUDA {lock_cuda} runtime (lockfile)")
                 else:
                     differs("accelerator", f"{spec.accelerator} (torch here uses {accel_here})")
             else:
@@ -921,6 +1115,7 @@ def recommend(
     records: Mapping[str, Mapping[str, Any] | None],
     lockfiles: Mapping[str, str | None],
     caps: Sequence[str] = (),
+    lock_cuda: Mapping[str, str | None] | None = None,
 ) -> Recommendation:
     """The closest env to this environment, with its status, or which spec to add."""
     if not specs:
@@ -928,7 +1123,7 @@ def recommend(
     by_id = {str(s.id): s for s in specs}
     scored = []
     for s in specs:
-        c = score_env(s, facts, caps)
+        c = score_env(s, facts, caps, (lock_cuda or {}).get(str(s.id)))
         if _record_passed(records.get(str(s.id))):
             c = dataclasses.replace(c, score=c.score + 5, matches=(*c.matches, "verified"))
         scored.append(c)
@@ -1003,11 +1198,13 @@ def diagnose(
     capabilities: Sequence[str] = (),
     glibc_policy: str | None = None,
     repo_problem: RepoProblem | None = None,
+    lock_cuda: Mapping[str, str | None] | None = None,
 ) -> Diagnosis:
     """Findings and a recommendation from probed facts. Pure: no I/O.
 
     ``capabilities`` are GPU archs to check the modules against besides the
-    GPUs found ("9.0"); ``glibc_policy`` a manylinux policy to hold them to.
+    GPUs found ("9.0"); ``glibc_policy`` a manylinux policy to hold them to;
+    ``lock_cuda`` the CUDA runtime each env's lockfile pins (:func:`lock_cuda_runtime`).
     """
     caps = _gpu_caps(facts, capabilities)
     torch = facts.torch
@@ -1017,6 +1214,7 @@ def diagnose(
         glibc_policy=glibc_policy,
         torch_version=torch.version if torch is not None and torch.imported else None,
         torch_cxx11_abi=torch.cxx11_abi if torch is not None and torch.imported else None,
+        torch_cuda=torch.cuda if torch is not None and torch.imported else None,
         capabilities=caps,
     )
     findings = environment_findings(facts)
@@ -1034,7 +1232,10 @@ def diagnose(
             )
         )
     elif specs is not None:
-        rec = recommend(facts, specs, records or {}, lockfiles or {}, caps)
+        rec = recommend(facts, specs, records or {}, lockfiles or {}, caps, lock_cuda)
+    findings.extend(
+        built_for_findings(facts, findings, specs, records or {}, lockfiles or {}, rec.env if rec else None)
+    )
     if rec is not None and rec.env:
         findings = [
             dataclasses.replace(f, fix=f.fix.replace("<env>", rec.env)) if f.fix and "<env>" in f.fix else f
@@ -1069,10 +1270,11 @@ flash_attn and their compiled modules (undefined symbols, GPU code, glibc, abi3)
 what, the likely cause and the fix; the closest env in envs/ is recommended with its status.
 
 exit codes:
-  0  healthy: no problem found
-  1  problems found (a finding of severity "error")
-  2  could not inspect (the interpreter did not answer, a module could not be read, pyelftools
-     missing while there are modules to check, or doctor itself failed)
+  0   healthy: no problem found
+  20  problems found (a finding of severity "error")
+  21  could not inspect (the interpreter did not answer, a module could not be read, pyelftools
+      missing while there are modules to check, or doctor itself failed)
+  2   usage error
 """
 
 
@@ -1157,8 +1359,8 @@ def _bad_usage(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _load_repo(repo: Path | None) -> tuple[list[Any] | None, dict, dict, RepoProblem | None]:
-    """Specs, records and lockfiles of the checkout; (None, {}, {}, why) when they cannot be read."""
+def _load_repo(repo: Path | None) -> tuple[list[Any] | None, dict, dict, RepoProblem | None, dict]:
+    """Specs, records, lockfiles, why not (or None) and each lockfile's torch CUDA runtime."""
     try:
         from flashkit import paths, spec
     except ImportError as exc:
@@ -1172,6 +1374,7 @@ def _load_repo(repo: Path | None) -> tuple[list[Any] | None, dict, dict, RepoPro
                 "`python -m flashkit.probe -o facts.json` and run `flashkit doctor --facts facts.json` "
                 "where they are installed",
             ),
+            {},
         )
     try:
         root = Path(repo) if repo else paths.find_repo_root()
@@ -1184,12 +1387,14 @@ def _load_repo(repo: Path | None) -> tuple[list[Any] | None, dict, dict, RepoPro
                     f"--repo {root} is not a flashkit checkout (it needs envs/ and {paths.TEMPLATE})",
                     "pass --repo the root of the flashkit checkout",
                 ),
+                {},
             )
         specs = spec.load_all(root)
     except Exception as exc:  # a broken spec must not stop the diagnosis
-        return None, {}, {}, RepoProblem(str(exc), "run inside a flashkit checkout or pass --repo PATH")
+        return None, {}, {}, RepoProblem(str(exc), "run inside a flashkit checkout or pass --repo PATH"), {}
     records: dict[str, Any] = {}
     lockfiles: dict[str, str | None] = {}
+    lock_cuda: dict[str, str | None] = {}
     for s in specs:
         env = str(s.id)
         path = root / "verified" / f"{env}.json"
@@ -1199,7 +1404,20 @@ def _load_repo(repo: Path | None) -> tuple[list[Any] | None, dict, dict, RepoPro
             records[env] = {"entries": {}, "error": str(exc)}
         lock = paths.lock_file(root, env)
         lockfiles[env] = paths.rel(root, lock) if lock.is_file() else None
-    return specs, records, lockfiles, None
+        lock_cuda[env] = lock_cuda_runtime(lock) if lock.is_file() else None
+    return specs, records, lockfiles, None, lock_cuda
+
+
+_CUDA_RUNTIME_PIN = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?==(\d+)\.(\d+)", re.MULTILINE | re.IGNORECASE)
+
+
+def lock_cuda_runtime(lock: Path) -> str | None:
+    """The CUDA runtime ("12.6") a lockfile pins for torch (nvidia-cuda-runtime[-cuXX]==...), or None."""
+    try:
+        m = _CUDA_RUNTIME_PIN.search(lock.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1245,7 +1463,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         facts = probe.probe(args.python, import_torch=not args.no_import, torch_timeout=args.timeout)
     repo = getattr(args, "repo", None)
-    specs, records, lockfiles, repo_problem = _load_repo(Path(repo) if repo else None)
+    specs, records, lockfiles, repo_problem, lock_cuda = _load_repo(Path(repo) if repo else None)
     diagnosis = diagnose(
         facts,
         specs=specs,
@@ -1254,6 +1472,7 @@ def _run(args: argparse.Namespace) -> int:
         capabilities=args.arch,
         glibc_policy=args.manylinux,
         repo_problem=repo_problem,
+        lock_cuda=lock_cuda,
     )
     if args.json:
         sys.stdout.write(json.dumps(to_json(diagnosis, facts), indent=2, sort_keys=True) + "\n")

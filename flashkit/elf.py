@@ -15,8 +15,9 @@ Optional tools, each missing one reported, never crashed on:
 
 - pyelftools (:class:`ElfToolsMissing` when not importable): everything that
   reads an ELF object.
-- ``c++filt`` from binutils: demangling; without it names stay mangled and
-  :func:`demangler_available` says so.
+- ``c++filt`` from binutils: demangling; without it, libstdc++'s own
+  ``__cxa_demangle`` (through ctypes), and only without both do names stay
+  mangled, as :func:`demangler_available` says.
 - abi3info (:class:`Abi3InfoMissing`): the CPython stable-ABI symbol list for
   :func:`limited_api_violations`. It is William Woodruff's maintained package
   generated from CPython's ``Misc/stable_abi.toml``, with the version each
@@ -410,16 +411,59 @@ def glibc_of_policy(policy: str) -> str:
 
 
 def demangler_available() -> bool:
-    return shutil.which("c++filt") is not None
+    return shutil.which("c++filt") is not None or _cxa_demangle() is not None
 
 
 _demangled: dict[str, str] = {}
+_CXA: list = []  # [function or None] once looked up
+
+
+def _cxa_demangle():
+    """libstdc++'s own ``abi::__cxa_demangle`` through ctypes, or None without libstdc++.
+
+    The fallback when binutils (c++filt) is absent, as in slim runtime images:
+    every environment with a C++ torch extension has libstdc++.so.6, and its
+    demangler is the one c++filt's output matches.
+    """
+    if not _CXA:
+        fn = None
+        try:
+            import ctypes
+
+            lib = ctypes.CDLL("libstdc++.so.6")
+            fn = lib.__cxa_demangle
+            fn.restype = ctypes.c_void_p
+            fn.argtypes = [
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+                ctypes.POINTER(ctypes.c_size_t),
+                ctypes.POINTER(ctypes.c_int),
+            ]
+            free = ctypes.CDLL(None).free
+            free.argtypes = [ctypes.c_void_p]
+
+            def call(name: str, _fn=fn, _free=free, _ct=ctypes) -> str | None:
+                status = _ct.c_int(0)
+                ptr = _fn(name.encode("ascii", "replace"), None, None, _ct.byref(status))
+                if status.value != 0 or not ptr:
+                    return None
+                try:
+                    return _ct.string_at(ptr).decode("utf-8", "replace")
+                finally:
+                    _free(ptr)
+
+            fn = call
+        except (OSError, AttributeError):
+            fn = None
+        _CXA.append(fn)
+    return _CXA[0]
 
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Demangled form of each name (itself when not a C++ name or no c++filt).
+    """Demangled form of each name (itself when not a C++ name or no demangler).
 
-    One ``c++filt`` process per call for all names not seen before.
+    One ``c++filt`` process per call for all names not seen before; without
+    c++filt, libstdc++'s ``__cxa_demangle`` (same output).
     """
     names = list(dict.fromkeys(names))
     todo = [n for n in names if n not in _demangled and n.startswith("_Z")]
@@ -434,6 +478,13 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
                 _demangled.update(zip(todo, lines, strict=True))
         except (OSError, subprocess.SubprocessError):
             pass
+    todo = [n for n in todo if n not in _demangled]
+    cxa = _cxa_demangle() if todo else None
+    if cxa is not None:
+        for n in todo:
+            d = cxa(n)
+            if d is not None:
+                _demangled[n] = d
     return {n: _demangled.get(n, n) for n in names}
 
 

@@ -314,7 +314,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "action", choices=["ensure", "status"], help="ensure: start dockerd if needed; status: report without starting"
     )
     p.add_argument(
-        "--install", action="store_true", help="apt-get install whichever of docker.io, debootstrap, docker-registry is missing"
+        "--install",
+        action="store_true",
+        help="apt-get install whichever of docker.io, debootstrap, docker-registry is missing",
     )
     p.add_argument(
         "--log",

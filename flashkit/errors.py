@@ -1,20 +1,25 @@
 """Errors a user can act on. Each class carries the process exit code the CLI returns for it.
 
-Exit codes (also in `flashkit --help`):
-  0  success
-  1  internal error (a bug in flashkit; rerun with --debug for the traceback)
-  2  usage error (bad command line)
-  3  invalid input: an env spec, an unknown env id, a repository layout problem
-  4  an env was rejected by a compatibility rule
-  5  lockfile problem: missing, stale, inconsistent, or the resolver (uv) failed
-  6  lint failed: hadolint reported findings on a rendered Dockerfile
-  7  a required external tool is missing or failed to start (uv, hadolint, docker)
-  8  not implemented yet (a subcommand another part of the project has not delivered)
-  10-19 reserved for image build / verification / publish errors
-  20-29 doctor: 20 problems found, 21 could not inspect (flashkit/doctor.py)
+Exit codes: EXIT_CODES below (printed by `flashkit --help`, listed in the README).
 """
 
 from __future__ import annotations
+
+EXIT_CODES = (
+    ("0", "success"),
+    ("1", "internal error (a bug in flashkit; rerun with --debug for the traceback)"),
+    ("2", "usage error (bad command line)"),
+    ("3", "invalid input: an env spec, an unknown env id, a repository layout problem"),
+    ("4", "an env was rejected by a compatibility rule"),
+    ("5", "lockfile problem: missing, stale, inconsistent, or the resolver (uv) failed"),
+    ("6", "lint failed: hadolint reported findings on a rendered Dockerfile"),
+    ("7", "a required external tool is missing or failed to start (uv, hadolint, docker)"),
+    ("8", "not implemented yet"),
+    ("10-16", "image pipeline: engine, base, build, container, record, tier error, not verified (image_errors.py)"),
+    ("17-19", "publish: refused by the record, push failed, pulled-back image differs (publish.py)"),
+    ("20-21", "doctor: 20 problems found, 21 could not inspect the environment (doctor.py)"),
+    ("30", "build --check: the cold rebuild's wheel is not bit-identical to the first build's"),
+)
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -4,6 +4,7 @@ input hash and the build host's memory (passed in, never probed here). Same inpu
 
 from __future__ import annotations
 
+import datetime
 import functools
 import hashlib
 import re
@@ -63,6 +64,9 @@ def _apt_packages(spec: EnvSpec) -> tuple[list[str], list[str], str | None]:
         py = f"python{spec.python}"
         return [f"{py}", f"{py}-dev", f"{py}-venv", "g++"], [py, f"{py}-venv"], UBUNTU_UNPINNED
     return [], [], None
+
+
+ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01T00:00:00Z
 
 
 def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: str, host_mem_gib: int) -> dict:
@@ -136,7 +140,18 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         "build_lock_sha256": sha256_text(build_lock_text),
         "input_hash": input_hash,
         "input_hash_short": input_hash.split("-", 1)[-1][:16],
+        "source_date_epoch": source_date_epoch(spec),
     }
+
+
+def source_date_epoch(spec: EnvSpec) -> int:
+    """The instant the env's lock resolves at, as SOURCE_DATE_EPOCH for the wheel build.
+
+    A spec input rather than the build time, so every build of one input hash stamps the same dates
+    into the wheel; zip cannot store dates before 1980, hence the floor.
+    """
+    instant = datetime.datetime.fromisoformat(spec.lock_exclude_newer.replace("Z", "+00:00"))
+    return max(int(instant.timestamp()), ZIP_EPOCH_FLOOR)
 
 
 @functools.lru_cache(maxsize=4)

@@ -22,8 +22,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--rebuild", action="store_true", help="build even when the input hash is unchanged")
     p.add_argument("--tiers", default="build,abi,cpu,gpu", help="comma-separated tiers (default: all four)")
     p.add_argument("--quiet", action="store_true", help="show only build step headers")
-    p.add_argument("--install-engine", action="store_true",
-                   help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)")
+    p.add_argument(
+        "--install-engine",
+        action="store_true",
+        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
+    )
     p.set_defaults(run=run)
     return p
 

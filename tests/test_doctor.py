@@ -434,3 +434,112 @@ def test_recommendation_asks_for_a_missing_gpu_target(specs):
     rec = doctor.diagnose(blackwell, specs=specs).recommendation
     assert rec.env == "cu130-torch211" and rec.mismatched == ("gpu_targets",)
     assert rec.add_spec == "add '12.0' to gpu_targets in envs/cu130-torch211.yaml"
+
+
+# ---------------------------------------------------------------------------
+# A wheel built for another torch and CUDA (the integration test makes the real one in images)
+
+
+def _cu13_module_under_torch27() -> probe.ModuleFacts:
+    """What inspect_module read from cu130-torch211's _C.abi3.so inside cu124-torch27's image."""
+    path = "/opt/venv/lib/python3.13/site-packages/flash_kernels/_C.abi3.so"
+    near = elf.NearMiss(
+        "_ZN3c104cuda9SetDeviceEa", "c10::cuda::SetDevice(signed char)", None, "/site/torch/lib/libc10_cuda.so", False
+    )
+    unresolved = (
+        elf.UnresolvedSymbol(
+            "_ZN3c104cuda9SetDeviceEab", "c10::cuda::SetDevice(signed char, bool)", None, None, "FUNC", (near,)
+        ),
+        elf.UnresolvedSymbol("cudaGetLastError", "cudaGetLastError", None, None, "FUNC", ()),
+    )
+    res = elf.Resolution(
+        module=path,
+        loaded=(),
+        missing_libraries=(elf.MissingLibrary("libcudart.so.13", path, ("/site/torch/lib",)),),
+        missing_versions=(),
+        unresolved=unresolved,
+        unreadable=(),
+        demangler=True,
+    )
+    return probe.ModuleFacts(
+        path,
+        "flash_kernels",
+        "flash_kernels",
+        elf.extension_tag(path),
+        extension=True,
+        elf_read=True,
+        needed=("libc10.so", "libcudart.so.13", "libc10_cuda.so"),
+        resolution=res,
+    )
+
+
+def _dist(version: str) -> probe.Distribution:
+    return probe.Distribution("flash_kernels", version, "/site", ("cp310-abi3-linux_x86_64",), "pip")
+
+
+def test_torch_symbols_are_named_beside_a_missing_cuda_runtime():
+    m = _cu13_module_under_torch27()
+    found = doctor.module_findings(m, doctor.Target(torch_version="2.7.1+cu126", torch_cuda="12.6"))
+    # cudaGetLastError is libcudart.so.13's to define; SetDevice is torch's, missing or not
+    assert codes(found) == ["missing-library", "undefined-symbol"]
+    sym = next(f for f in found if f.code == "undefined-symbol")
+    assert sym.details["demangled"] == "c10::cuda::SetDevice(signed char, bool)"
+    assert "another torch version" in sym.cause and "SetDevice(signed char)`" in sym.cause
+    lib = next(f for f in found if f.code == "missing-library")
+    assert "CUDA 13 runtime" in lib.cause and "torch here uses CUDA 12.6" in lib.cause
+    assert "does not help" in lib.fix
+
+
+def test_build_label():
+    assert doctor.build_label("0.1.0+cu130torch2.11cxx11abitrue") == doctor.BuildLabel("2.11", "13.0", None, True)
+    # flash-attn's release wheels name only the CUDA major
+    assert doctor.build_label("2.7.4.post1+cu12torch2.6cxx11abiFALSE") == doctor.BuildLabel("2.6", "12", None, False)
+    assert doctor.build_label("0.1.0+rocm6.4torch2.7") == doctor.BuildLabel("2.7", None, "6.4", None)
+    assert doctor.build_label("0.1.0") is None
+    assert doctor.build_label("0.1.0+local") is None
+
+
+def test_built_for_another_torch_names_both_ways_out(specs):
+    if _env(specs, "cu124-torch27") is None or _env(specs, "cu130-torch211") is None:
+        pytest.skip("needs envs/cu124-torch27.yaml and envs/cu130-torch211.yaml")
+    lockfiles = {"cu124-torch27": "lockfiles/cu124-torch27.txt", "cu130-torch211": "lockfiles/cu130-torch211.txt"}
+    broken = facts(
+        modules=[_cu13_module_under_torch27()],
+        python="3.13.5",
+        torch=torch_facts(),
+        distributions=[_dist("0.1.0+cu130torch2.11cxx11abitrue")],
+    )
+    diag = doctor.diagnose(broken, specs=specs, lockfiles=lockfiles, lock_cuda={"cu124-torch27": "12.6"})
+    [f] = [f for f in diag.findings if f.code == "built-for-another-torch"]
+    assert f.severity == "error" and f.subject == "flash_kernels"
+    assert f.what == (
+        "flash_kernels 0.1.0+cu130torch2.11cxx11abitrue was built for torch 2.11 with CUDA 13.0; "
+        "this environment has torch 2.7.1+cu126 with CUDA 12.6"
+    )
+    assert "libcudart.so.13" in f.cause and "`c10::cuda::SetDevice(signed char, bool)`" in f.cause
+    assert "keep torch 2.7.1+cu126" in f.fix and "env cu124-torch27" in f.fix and "lockfiles/cu124-torch27.txt" in f.fix
+    assert "env cu130-torch211" in f.fix
+    assert "(the recommended env cu124-torch27)" in next(x.fix for x in diag.findings if x.code == "missing-library")
+
+    # the same package built for this torch: no such finding
+    fine = dataclasses.replace(broken, modules=(), distributions=(_dist("0.1.0+cu126torch2.7cxx11abitrue"),))
+    assert "built-for-another-torch" not in codes(doctor.diagnose(fine, specs=specs).findings)
+    # a label that differs but no module error: a warning
+    quiet = dataclasses.replace(broken, modules=(), distributions=(_dist("0.1.0+cu126torch2.6cxx11abitrue"),))
+    [w] = [f for f in doctor.diagnose(quiet, specs=specs).findings if f.code == "built-for-another-torch"]
+    assert w.severity == "warning"
+
+
+def test_env_image_fits_through_its_lockfile_cuda(specs):
+    """torch 2.7.1 from PyPI is cu126 beside the env's nvcc 12.4: the env's own image fits it."""
+    if _env(specs, "cu124-torch27") is None:
+        pytest.skip("envs/cu124-torch27.yaml not present")
+    lock = REPO / "lockfiles" / "cu124-torch27.txt"
+    if not lock.is_file():
+        pytest.skip("lockfiles/cu124-torch27.txt not present")
+    assert doctor.lock_cuda_runtime(lock) == "12.6"
+    own = facts(python="3.13.5", torch=torch_facts())
+    rec = doctor.diagnose(own, specs=specs, lock_cuda={"cu124-torch27": "12.6"}).recommendation
+    assert rec.env == "cu124-torch27" and rec.exact and rec.add_spec is None
+    without = doctor.diagnose(own, specs=specs).recommendation
+    assert without.env == "cu124-torch27" and not without.exact

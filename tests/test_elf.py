@@ -286,3 +286,19 @@ def test_unparsable_fatbin_falls_back_or_says_why(cuda_objects, tmp_path, monkey
     monkeypatch.setenv("PATH", str(tmp_path))  # no cuobjdump to fall back on
     with pytest.raises(elf.FatbinError, match="cuobjdump is not on PATH"):
         elf.cuda_code(str(broken))
+
+
+def test_demangles_without_cxxfilt(monkeypatch, tmp_path):
+    """Slim runtime images have no binutils: libstdc++'s own __cxa_demangle gives the same names."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no c++filt on it
+    monkeypatch.setattr(elf, "_demangled", {})
+    if elf._cxa_demangle() is None:
+        pytest.skip("libstdc++.so.6 cannot be loaded here")
+    assert elf.demangler_available()
+    names = ["_ZN3c104cuda9SetDeviceEab", "_ZNK3c1010TensorImpl15incref_pyobjectEv", "cudaGetLastError", "_Zbogus"]
+    assert elf.demangle(names) == {
+        "_ZN3c104cuda9SetDeviceEab": "c10::cuda::SetDevice(signed char, bool)",
+        "_ZNK3c1010TensorImpl15incref_pyobjectEv": "c10::TensorImpl::incref_pyobject() const",
+        "cudaGetLastError": "cudaGetLastError",
+        "_Zbogus": "_Zbogus",
+    }

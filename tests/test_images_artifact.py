@@ -24,8 +24,12 @@ def wheel(tmp_path: Path) -> tuple[Path, str]:
 def run(tmp_path: Path, *args: str, python: str = sys.executable) -> tuple[int, dict]:
     out = tmp_path / "result.json"
     # -I: isolated mode, so nothing from this checkout (flashkit, flash_kernels) is importable.
-    p = subprocess.run([python, "-I", str(SCRIPT), *args, "--env", "cu130-torch211", "--input-hash", "fk1-x",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [python, "-I", str(SCRIPT), *args, "--env", "cu130-torch211", "--input-hash", "fk1-x", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return p.returncode, json.loads(out.read_text())
 
 
@@ -50,7 +54,8 @@ KERN = Path("/work/venvs/kern/bin/python")
 @pytest.mark.skipif(not KERN.exists(), reason="needs a Python with torch (the shared kern venv)")
 def test_other_torch_on_the_host_means_not_run(tmp_path):
     w, digest = wheel(tmp_path)
-    code, res = run(tmp_path, str(w), "--expect-sha256", digest, "--expect-torch", "2.11", "--expect-cuda", "13",
-                    python=str(KERN))
+    code, res = run(
+        tmp_path, str(w), "--expect-sha256", digest, "--expect-torch", "2.11", "--expect-cuda", "13", python=str(KERN)
+    )
     assert code == 1 and res["verdict"] == "not-run"
     assert "is not the env's torch 2.11.x" in res["reasons"][0]

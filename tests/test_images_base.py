@@ -15,20 +15,27 @@ def apt_dir(tmp_path, sources_list="", extra=None):
 
 
 def test_deb822_debian_archive_is_found_and_security_and_third_party_skipped(tmp_path):
-    d = apt_dir(tmp_path, extra={
-        "debian.sources": (
-            "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n\n"
-            "Types: deb\n# comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
-            "Components: main\n"),
-        "nodesource.sources": "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\n",
-    })
+    d = apt_dir(
+        tmp_path,
+        extra={
+            "debian.sources": (
+                "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n\n"
+                "Types: deb\n# comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+                "Components: main\n"
+            ),
+            "nodesource.sources": "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\n",
+        },
+    )
     assert base.host_mirror(d) == "http://mirror.example/debian"
 
 
 def test_one_line_sources_with_options(tmp_path):
-    d = apt_dir(tmp_path, "# deb http://old/debian bookworm main\n"
-                          "deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main\n"
-                          "deb [arch=amd64 signed-by=/k.gpg] http://ftp.de.debian.org/debian trixie main\n")
+    d = apt_dir(
+        tmp_path,
+        "# deb http://old/debian bookworm main\n"
+        "deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://ftp.de.debian.org/debian trixie main\n",
+    )
     assert base.host_mirror(d) == "http://ftp.de.debian.org/debian"
 
 
@@ -46,8 +53,12 @@ def test_flag_beats_environment_beats_host(monkeypatch):
 
 def test_tidy_empties_volatile_state_and_keeps_apt_dirs(tmp_path):
     root = tmp_path / "rootfs"
-    for rel in ("var/lib/apt/lists/deb.debian.org_dists_bookworm_Release", "var/log/dpkg.log",
-                "var/cache/apt/pkgcache.bin", "etc/machine-id"):
+    for rel in (
+        "var/lib/apt/lists/deb.debian.org_dists_bookworm_Release",
+        "var/log/dpkg.log",
+        "var/cache/apt/pkgcache.bin",
+        "etc/machine-id",
+    ):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("x")
     base._tidy(root)

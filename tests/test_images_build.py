@@ -8,8 +8,10 @@ from flashkit import build
 from flashkit.image_errors import BuildError
 from flashkit.spec import load_env
 
-DOCKERFILE = "ARG BASE_IMAGE=x\nFROM ${BASE_IMAGE}\nARG DEBIAN_MIRROR=http://deb.debian.org/debian\n" \
-             "ARG PIP_INDEX_URL=https://pypi.org/simple\n"
+DOCKERFILE = (
+    "ARG BASE_IMAGE=x\nFROM ${BASE_IMAGE}\nARG DEBIAN_MIRROR=http://deb.debian.org/debian\n"
+    "ARG PIP_INDEX_URL=https://pypi.org/simple\n"
+)
 
 
 def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_path):
@@ -21,10 +23,14 @@ def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_pa
     ctx = tmp_path / "ctx"
     build.prepare_context(kit_repo, spec, "FROM scratch\n", ctx)
     files = sorted(p.relative_to(ctx).as_posix() for p in ctx.rglob("*") if p.is_file())
-    sources = sorted(p.relative_to(kit_repo).as_posix() for p in (kit_repo / "flash_kernels").rglob("*")
-                     if p.is_file() and "build" not in p.parts and "__pycache__" not in p.parts)
-    assert files == sorted(["Dockerfile", "lockfiles/cu130-torch211.txt", "lockfiles/cu130-torch211.build.txt",
-                            *sources])
+    sources = sorted(
+        p.relative_to(kit_repo).as_posix()
+        for p in (kit_repo / "flash_kernels").rglob("*")
+        if p.is_file() and "build" not in p.parts and "__pycache__" not in p.parts
+    )
+    assert files == sorted(
+        ["Dockerfile", "lockfiles/cu130-torch211.txt", "lockfiles/cu130-torch211.build.txt", *sources]
+    )
     assert "flash_kernels/build/lib/junk.so" not in files and len(sources) >= 3
 
 
@@ -32,8 +38,7 @@ def test_site_settings_map_to_declared_args(monkeypatch):
     monkeypatch.setenv("FLASHKIT_DEBIAN_MIRROR", "http://mirror.example/debian")
     monkeypatch.delenv("FLASHKIT_PIP_INDEX_URL", raising=False)
     got = build.site_settings(DOCKERFILE, {"PIP_INDEX_URL": "https://pypi.example/simple"})
-    assert got == {"DEBIAN_MIRROR": "http://mirror.example/debian",
-                   "PIP_INDEX_URL": "https://pypi.example/simple"}
+    assert got == {"DEBIAN_MIRROR": "http://mirror.example/debian", "PIP_INDEX_URL": "https://pypi.example/simple"}
 
 
 def test_a_site_setting_the_dockerfile_ignores_is_an_error(monkeypatch):

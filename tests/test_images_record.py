@@ -17,8 +17,15 @@ WHEEL = "c" * 64
 
 def tier(name: str, verdict: str = "passed", **kw) -> TierResult:
     counts = kw.pop("counts", {"passed": 3} if verdict == "passed" else {})
-    return TierResult(tier=name, verdict=verdict, counts=counts, reasons=tuple(kw.pop("reasons", ())),
-                      duration_s=1.0, judged=kw.pop("judged", {"image_id": IMG}), **kw)
+    return TierResult(
+        tier=name,
+        verdict=verdict,
+        counts=counts,
+        reasons=tuple(kw.pop("reasons", ())),
+        duration_s=1.0,
+        judged=kw.pop("judged", {"image_id": IMG}),
+        **kw,
+    )
 
 
 def write(tmp_path, tiers, image=IMG):
@@ -29,8 +36,9 @@ def write(tmp_path, tiers, image=IMG):
 
 def test_passed_with_nothing_counted_or_said_is_refused():
     with pytest.raises(ValueError, match="positive count or a stated reason"):
-        TierResult(tier="cpu", verdict="passed", counts={"passed": 0}, reasons=(), duration_s=0,
-                   judged={"image_id": IMG})
+        TierResult(
+            tier="cpu", verdict="passed", counts={"passed": 0}, reasons=(), duration_s=0, judged={"image_id": IMG}
+        )
 
 
 def test_unknown_verdict_is_refused():
@@ -107,8 +115,12 @@ def test_unreadable_record_names_the_file(tmp_path):
 
 def test_matrix_status_line_names_each_tier_and_stale_records(tmp_path):
     p = tmp_path / "verified" / "cu130-torch211.json"
-    record.upsert_entry(p, "h1", {"image_id": IMG, "wheel_sha256": WHEEL},
-                        [tier("cpu"), tier("build"), tier("gpu", "not-run", reasons=["no GPU"])])
+    record.upsert_entry(
+        p,
+        "h1",
+        {"image_id": IMG, "wheel_sha256": WHEEL},
+        [tier("cpu"), tier("build"), tier("gpu", "not-run", reasons=["no GPU"])],
+    )
     assert record.status(tmp_path, "cu130-torch211", "h1") == "build:passed cpu:passed gpu:not-run"
     assert record.status(tmp_path, "cu130-torch211", "h2").startswith("not verified (record is for h1")
     assert record.status(tmp_path, "cu124-torch27", "h1") == "not verified"

@@ -27,16 +27,34 @@ needs_nvcc = pytest.mark.skipif(not Path(NVCC).exists(), reason=f"no nvcc at {NV
 
 
 def spec(backends=("cuda", "triton"), targets=("8.0", "9.0"), suite="bookworm"):
-    return types.SimpleNamespace(backends=backends, gpu_targets=targets,
-                                 accelerator=types.SimpleNamespace(kind="cuda"),
-                                 base=types.SimpleNamespace(suite=suite))
+    return types.SimpleNamespace(
+        backends=backends,
+        gpu_targets=targets,
+        accelerator=types.SimpleNamespace(kind="cuda"),
+        base=types.SimpleNamespace(suite=suite),
+    )
 
 
 def result(wheel: Path) -> BuildResult:
-    return BuildResult(env="cu130-torch211", input_hash="h", runtime_ref="r", runtime_id="sha256:r",
-                       builder_ref="b", builder_id="sha256:b", runtime_size=0, builder_size=0,
-                       wheel_path=str(wheel), wheel_sha256="0" * 64, lock_sha256="", base_image_id=None,
-                       built=True, seconds=0, log_path="", context={}, date="")
+    return BuildResult(
+        env="cu130-torch211",
+        input_hash="h",
+        runtime_ref="r",
+        runtime_id="sha256:r",
+        builder_ref="b",
+        builder_id="sha256:b",
+        runtime_size=0,
+        builder_size=0,
+        wheel_path=str(wheel),
+        wheel_sha256="0" * 64,
+        lock_sha256="",
+        base_image_id=None,
+        built=True,
+        seconds=0,
+        log_path="",
+        context={},
+        date="",
+    )
 
 
 def test_expected_cuda_code_from_gpu_targets():
@@ -46,9 +64,11 @@ def test_expected_cuda_code_from_gpu_targets():
 
 
 def test_junit_counts_sum_suites_and_derive_passed():
-    xml = ('<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2">'
-           '<testcase classname="t" name="a"><failure message="max err 0.5 &gt; 0.01"/></testcase>'
-           '</testsuite><testsuite tests="2" failures="0" errors="1" skipped="0"/></testsuites>')
+    xml = (
+        '<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2">'
+        '<testcase classname="t" name="a"><failure message="max err 0.5 &gt; 0.01"/></testcase>'
+        '</testsuite><testsuite tests="2" failures="0" errors="1" skipped="0"/></testsuites>'
+    )
     assert tiers.junit_counts(xml) == {"tests": 7, "failed": 1, "errors": 1, "skipped": 2, "passed": 3}
     assert tiers.junit_failures(xml) == ["failure: t.a: max err 0.5 > 0.01"]
 
@@ -70,11 +90,27 @@ def _wheel(tmp: Path, members: dict[str, Path]) -> Path:
 @needs_nvcc
 def test_build_tier_reads_the_real_fatbin(tmp_path):
     cu = tmp_path / "k.cu"
-    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
-                  "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n")
+    cu.write_text(
+        "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
+        'extern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
+    )
     so = tmp_path / "_C.abi3.so"
-    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
-                    "-gencode", "arch=compute_90,code=sm_90", str(cu), "-o", str(so)], check=True)
+    subprocess.run(
+        [
+            NVCC,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            str(cu),
+            "-o",
+            str(so),
+        ],
+        check=True,
+    )
     wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
     ok = tiers.tier_build(spec(), result(wheel))
     assert ok.verdict == "passed", ok.reasons
@@ -89,8 +125,22 @@ def test_build_tier_accepts_ptx_of_a_listed_arch_only(tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n")
     so = tmp_path / "_C.abi3.so"
-    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
-                    "-gencode", "arch=compute_90,code=[sm_90,compute_90]", str(cu), "-o", str(so)], check=True)
+    subprocess.run(
+        [
+            NVCC,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=[sm_90,compute_90]",
+            str(cu),
+            "-o",
+            str(so),
+        ],
+        check=True,
+    )
     wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
     ok = tiers.tier_build(spec(), result(wheel))
     assert ok.verdict == "passed", ok.reasons
@@ -128,25 +178,40 @@ def _fake_image(tmp: Path, provider_signature: str, ext_extra: str = "") -> tupl
     site = root / "usr/lib/python3/site-packages"
     torch_lib = site / "torch/lib"
     torch_lib.mkdir(parents=True)
-    _gxx(torch_lib / "libc10.so",
-         f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}) {{}} }} }}\n",
-         "-Wl,-soname,libc10.so")
+    _gxx(
+        torch_lib / "libc10.so",
+        f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}) {{}} }} }}\n",
+        "-Wl,-soname,libc10.so",
+    )
     # torch._C really uses c10 (else --as-needed drops the DT_NEEDED entry).
     sig_arg = "(signed char)0" if "char" in provider_signature else "0"
-    _gxx(site / "torch/_C.cpython-311-x86_64-linux-gnu.so",
-         f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}); }} }}\n"
-         f"void torch_init() {{ c10::cuda::SetDevice({sig_arg}); }}\n",
-         f"-L{torch_lib}", "-lc10", "-Wl,-rpath,$ORIGIN/lib")
+    _gxx(
+        site / "torch/_C.cpython-311-x86_64-linux-gnu.so",
+        f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}); }} }}\n"
+        f"void torch_init() {{ c10::cuda::SetDevice({sig_arg}); }}\n",
+        f"-L{torch_lib}",
+        "-lc10",
+        "-Wl,-rpath,$ORIGIN/lib",
+    )
     pkg = site / "flash_kernels"
     pkg.mkdir()
-    _gxx(pkg / "_C.abi3.so",
-         "#include <cstddef>\nnamespace c10 { namespace cuda { void SetDevice(int); } }\n"
-         "extern \"C\" void* PyLong_FromLong(long);\n" + ext_extra +
-         "extern \"C\" void* go() { c10::cuda::SetDevice(0); return PyLong_FromLong(1); }\n",
-         f"-L{torch_lib}", "-lc10")
-    probe = {"python": "/usr/bin/python3", "version": [3, 11], "libpython": None, "libdir": None,
-             "flash_kernels": "/usr/lib/python3/site-packages/flash_kernels",
-             "torch": "/usr/lib/python3/site-packages/torch"}
+    _gxx(
+        pkg / "_C.abi3.so",
+        "#include <cstddef>\nnamespace c10 { namespace cuda { void SetDevice(int); } }\n"
+        'extern "C" void* PyLong_FromLong(long);\n'
+        + ext_extra
+        + 'extern "C" void* go() { c10::cuda::SetDevice(0); return PyLong_FromLong(1); }\n',
+        f"-L{torch_lib}",
+        "-lc10",
+    )
+    probe = {
+        "python": "/usr/bin/python3",
+        "version": [3, 11],
+        "libpython": None,
+        "libdir": None,
+        "flash_kernels": "/usr/lib/python3/site-packages/flash_kernels",
+        "torch": "/usr/lib/python3/site-packages/torch",
+    }
     return str(root), probe
 
 
@@ -175,9 +240,12 @@ def test_abi_fails_with_the_demangled_missing_symbol_and_near_miss(tmp_path):
 
 @needs_gxx
 def test_abi_flags_non_limited_api_in_an_abi3_wheel(tmp_path):
-    root, probe = _fake_image(tmp_path, "int",
-                              'extern "C" void* _PyObject_GetDictPtr(void*);\n'
-                              'extern "C" void* use() { return _PyObject_GetDictPtr(nullptr); }\n')
+    root, probe = _fake_image(
+        tmp_path,
+        "int",
+        'extern "C" void* _PyObject_GetDictPtr(void*);\n'
+        'extern "C" void* use() { return _PyObject_GetDictPtr(nullptr); }\n',
+    )
     verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
     assert verdict == "failed"
     assert "_PyObject_GetDictPtr: not in the CPython stable ABI" in "\n".join(reasons)

@@ -13,3 +13,53 @@ def engine():
     if not ok:
         pytest.skip(why)
     return ensure_engine(start=False)
+
+
+@pytest.fixture(scope="session")
+def built_env(engine):
+    """``built_env(env_id, builder=False)``: the build result of an env at its current input hash.
+
+    Skips, with the command that builds it, when ``flashkit build`` has not made
+    that env's images (and wheel) at the current input hash in this checkout.
+    FLASHKIT_TEST_BUILT=newest takes the newest build whose images still exist
+    instead, whatever its input hash: for developing tests while the sources
+    move on; CI leaves it unset.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    from flashkit import build
+    from flashkit.container import image_inspect
+    from flashkit.inputhash import input_hash
+    from flashkit.spec import load_env
+
+    root = Path(__file__).resolve().parents[2]
+
+    def newest(env_id: str, builder: bool) -> build.BuildResult | None:
+        found = []
+        for p in build.result_path(root, env_id, "x").parent.glob(f"{env_id}-fk*.json"):
+            res = build.BuildResult(**json.loads(p.read_text()))
+            refs = [res.runtime_ref] + ([res.builder_ref] if builder else [])
+            if res.env == env_id and all(r and image_inspect(engine, r) for r in refs):
+                found.append(res)
+        return max(found, key=lambda r: r.date, default=None)
+
+    def get(env_id: str, builder: bool = False) -> build.BuildResult:
+        spec = load_env(root, env_id)
+        if os.environ.get("FLASHKIT_TEST_BUILT") == "newest":
+            res = newest(env_id, builder)
+        else:
+            res = build.load_result(root, env_id, input_hash(root, spec))
+        how = f"run `flashkit build {env_id}`"
+        if res is None:
+            pytest.skip(f"{env_id} is not built at its current input hash; {how}")
+        refs = [res.runtime_ref] + ([res.builder_ref] if builder else [])
+        for ref in refs:
+            if not ref or image_inspect(engine, ref) is None:
+                pytest.skip(f"{env_id}: image {ref} of the current input hash is gone; {how}")
+        if not res.wheel_path or not Path(res.wheel_path).is_file():
+            pytest.skip(f"{env_id}: its exported wheel {res.wheel_path} is gone; {how}")
+        return res
+
+    return get

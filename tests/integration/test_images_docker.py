@@ -91,14 +91,21 @@ def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tm
     # The runtime image's venv is first on PATH and owned by root.
     (ctx / "Dockerfile").write_text(
         f"FROM {host.runtime_ref}\nUSER root\nCOPY {wheel.name} /tmp/\n"
-        f"RUN python3 -m pip install --no-deps --no-index --force-reinstall /tmp/{wheel.name}\n")
+        f"RUN python3 -m pip install --no-deps --no-index --force-reinstall /tmp/{wheel.name}\n"
+    )
     ref = "flashkit-test/abi-mismatch:latest"
     client = engine.build_client
     subprocess.run([*client.build_argv(), "-q", "-t", ref, str(ctx)], env=client.build_env(), check=True)
     try:
-        mixed = build.BuildResult(**{**host.to_json(), "runtime_ref": ref,
-                                     "runtime_id": image_inspect(engine, ref)["Id"],
-                                     "wheel_path": str(wheel), "wheel_sha256": donor.wheel_sha256})
+        mixed = build.BuildResult(
+            **{
+                **host.to_json(),
+                "runtime_ref": ref,
+                "runtime_id": image_inspect(engine, ref)["Id"],
+                "wheel_path": str(wheel),
+                "wheel_sha256": donor.wheel_sha256,
+            }
+        )
         spec = load_env(ROOT, "cu124-torch27")
         r = tiers.tier_abi(engine, spec, mixed)
         text = "\n".join(r.reasons)
