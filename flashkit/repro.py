@@ -122,14 +122,28 @@ def _step_text(created_by: str) -> str:
     return re.sub(r"^(RUN )?/bin/sh -c (#\(nop\)\s*)?", lambda m: m.group(1) or "", text) or "unknown"
 
 
+LAYER_INSTRUCTIONS = frozenset({"RUN", "COPY", "ADD", "WORKDIR"})
+
+
 def layer_steps(history: list[dict], n_layers: int) -> tuple[str, ...]:
     """Map engine history (newest first, as the API returns it) onto the rootfs layers (base first).
 
     Entries that made no layer report size 0; when the count of the others does not
     match the layers (a layer whose diff is empty also has size 0) the steps are "unknown".
     """
-    made = [_step_text(h.get("CreatedBy", "")) for h in reversed(history) if h.get("Size", 0) > 0]
-    return tuple(made) if len(made) == n_layers else ("unknown",) * n_layers
+    steps = [_step_text(h.get("CreatedBy", "")) for h in reversed(history)]
+    sizes = [h.get("Size", 0) for h in reversed(history)]
+    # First guess: the instructions that write a filesystem diff (the base's entry has no text). An
+    # empty-looking layer (WORKDIR of an existing folder) still counts, which sizes alone would miss.
+    by_kind = [
+        step if step != "unknown" else "base image"
+        for step in steps
+        if step == "unknown" or step.split(" ", 1)[0] in LAYER_INSTRUCTIONS
+    ]
+    if len(by_kind) == n_layers:
+        return tuple(by_kind)
+    by_size = [step for step, size in zip(steps, sizes) if size > 0]
+    return tuple(by_size) if len(by_size) == n_layers else ("unknown",) * n_layers
 
 
 def compare_images(first: ImageFacts, second: ImageFacts) -> ImageComparison:

@@ -42,8 +42,22 @@ def test_layer_steps_follow_the_engine_history():
         {"CreatedBy": "COPY fixed.txt /fixed.txt # buildkit", "Size": 6},
         {"CreatedBy": "", "Size": 116557261},
     ]
-    assert layer_steps(history, 3) == ("unknown", "COPY fixed.txt /fixed.txt", "RUN date > /stamp")
+    assert layer_steps(history, 3) == ("base image", "COPY fixed.txt /fixed.txt", "RUN date > /stamp")
     assert layer_steps(history, 4) == ("unknown",) * 4  # counts disagree: no guessing
+
+
+def test_an_empty_workdir_layer_keeps_the_mapping():
+    # As BuildKit reports the runtime image: WORKDIR made a layer of 0 bytes; ENV/LABEL/ARG made none.
+    history = [
+        {"CreatedBy": "USER 10001:10001", "Size": 0},
+        {"CreatedBy": "WORKDIR /home/flash", "Size": 0},
+        {"CreatedBy": "ENV PATH=/opt/venv/bin", "Size": 0},
+        {"CreatedBy": "RUN |2 A=b /bin/bash -o pipefail -c pip install x # buildkit", "Size": 7},
+        {"CreatedBy": "ARG A=b", "Size": 0},
+        {"CreatedBy": "", "Size": 117},
+    ]
+    steps = layer_steps(history, 3)
+    assert steps[0] == "base image" and steps[1].startswith("RUN |2 A=b") and steps[2] == "WORKDIR /home/flash"
 
 
 def test_compare_images_names_the_differing_layer_and_its_step():

@@ -4,6 +4,21 @@
 
 namespace flash_kernels {
 
+// Narrow p to sequence b: for varlen, its own lengths and diagonal, and the packed-tensor rows of its first
+// query and key; for dense tensors p is unchanged and both offsets are 0. Called once at the top of each
+// kernel on the kernel's private copy of the params.
+__device__ __forceinline__ void select_sequence(AttnParams& p, int b, int& q_offset, int& k_offset) {
+  q_offset = 0;
+  k_offset = 0;
+  if (p.cu_seqlens_q != nullptr) {
+    q_offset = p.cu_seqlens_q[b];
+    k_offset = p.cu_seqlens_k[b];
+    p.seqlen_q = p.cu_seqlens_q[b + 1] - q_offset;
+    p.seqlen_k = p.cu_seqlens_k[b + 1] - k_offset;
+    p.diag_offset = p.seqlen_k - p.seqlen_q;
+  }
+}
+
 // Sequence bounds plus the causal / sliding-window band (see AttnParams for the convention).
 template <bool kBanded>
 __device__ __forceinline__ bool key_visible(const AttnParams& p, int query, int key) {

@@ -7,11 +7,12 @@ namespace flash_kernels {
 
 struct AttnParams {
   // Tensors are (batch, seqlen, heads, head_dim) with a contiguous last dim; strides are in elements.
+  // Varlen: (total_tokens, heads, head_dim) with batch strides 0, see cu_seqlens_q below.
   const void* q;
   const void* k;
   const void* v;
   void* out;
-  float* lse;  // (batch, heads_q, seqlen_q), natural log; +inf for rows that see no key
+  float* lse;  // natural log; +inf for rows that see no key. Layout: lse_*_stride below
   int64_t q_batch_stride, q_row_stride, q_head_stride;
   int64_t k_batch_stride, k_row_stride, k_head_stride;
   int64_t v_batch_stride, v_row_stride, v_head_stride;
@@ -22,13 +23,27 @@ struct AttnParams {
   void* dq;
   void* dk;
   void* dv;
-  float* delta;  // (batch, heads_q, seqlen_q): rowsum(dout * out), scratch
+  float* delta;  // rowsum(dout * out), scratch, laid out like lse
   int64_t do_batch_stride, do_row_stride, do_head_stride;
   int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
   int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
 
+  // Varlen: null for dense tensors. Otherwise sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of
+  // q, out, dout, dq and rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k, v, dk, dv; seqlen_q / seqlen_k
+  // hold the max lengths (grid size) and select_sequence() gives each block its own sequence's values.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  int total_q;  // varlen: rows of q (the delta kernel walks them as one sequence)
+  // lse / delta element (b, h, query i of the sequence) is at
+  // b * lse_batch_stride + h * lse_head_stride + (row of the sequence's first query, 0 if dense) + i:
+  // (batch, heads_q, seqlen_q) dense, (heads_q, total_q) varlen (flash_attn's layouts).
+  int64_t lse_batch_stride, lse_head_stride;
+
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+  // The call's head dim: a multiple of 8, <= the kernel's compiled kHeadDim. Columns [head_dim, kHeadDim)
+  // are zero-filled in shared memory and never stored (one kernel serves every head dim up to its own).
+  int head_dim;
   int head_group;  // heads_q / heads_kv (MQA/GQA): q head h reads kv head h / head_group
 
   float softmax_scale;

@@ -37,6 +37,7 @@ __global__ void attn_bwd_delta_kernel(const AttnParams p) {
   float acc = 0.f;
 #pragma unroll
   for (int c = lane * 2; c < kHeadDim; c += 64) {
+    if (c >= p.head_dim) break;  // head_dim is a multiple of 8, so c + 1 < head_dim too
     acc += to_float(o[c]) * to_float(d[c]) + to_float(o[c + 1]) * to_float(d[c + 1]);
   }
 #pragma unroll
@@ -44,8 +45,16 @@ __global__ void attn_bwd_delta_kernel(const AttnParams p) {
   if (lane == 0) p.delta[row] = acc;
 }
 
-template <typename Traits, bool kBanded>
-__global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const AttnParams p) {
+// Which gradients one launch of the dK/dV kernel produces. Both (one pass) unless the head dim is so
+// large that dK and dV accumulators do not fit in registers together; then the launch code runs a dV
+// pass and a dK pass (the dV pass skips dP^T = V dO^T; both recompute S^T: 5 matmuls instead of 4).
+enum KVGrads : int { kGradDV = 1, kGradDK = 2, kGradBoth = 3 };
+
+template <typename Traits, bool kBanded, int kGrads>
+__global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const AttnParams params) {
+  AttnParams p = params;  // select_sequence narrows this copy to the block's sequence
+  constexpr bool kDV = (kGrads & kGradDV) != 0;
+  constexpr bool kDK = (kGrads & kGradDK) != 0;
   using T = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
   constexpr int BN = Traits::kBlockN;
@@ -75,8 +84,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
   const int n0 = n_block * BN;
   const int key_row0 = warp * 16;  // this warp's 16 keys within the block
 
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + n0 * p.k_row_stride;
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + n0 * p.v_row_stride;
+  int q_off, k_off;
+  select_sequence(p, b, q_off, k_off);
+  if (n0 >= p.seqlen_k) return;  // varlen: the grid covers the longest sequence
+
+  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride +
+                (k_off + n0) * p.k_row_stride;
+  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride +
+                (k_off + n0) * p.v_row_stride;
 
   int q_begin, q_end;
   query_range<kBanded>(p, n0, BN, q_begin, q_end);
@@ -89,13 +104,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
   auto issue_step = [&](int s, int stage) {
     const int h = hk * p.head_group + s / m_blocks;
     const int m0 = (m_block_min + s % m_blocks) * BM;
-    const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride + m0 * p.q_row_stride;
-    const T* gdO =
-        static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + m0 * p.do_row_stride;
-    load_tile_async<BM, D, NT>(sQ + stage * Traits::kSmemQ, gQ, p.q_row_stride, p.seqlen_q - m0, tid);
-    load_tile_async<BM, D, NT>(sdO + stage * Traits::kSmemQ, gdO, p.do_row_stride, p.seqlen_q - m0, tid);
+    const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
+                  (q_off + m0) * p.q_row_stride;
+    const T* gdO = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride +
+                   (q_off + m0) * p.do_row_stride;
+    load_tile_async<BM, D, NT>(sQ + stage * Traits::kSmemQ, gQ, p.q_row_stride, p.seqlen_q - m0, p.head_dim, tid);
+    load_tile_async<BM, D, NT>(sdO + stage * Traits::kSmemQ, gdO, p.do_row_stride, p.seqlen_q - m0, p.head_dim,
+                               tid);
     if (tid < BM) {
-      const int64_t row = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + m0 + tid;
+      const int64_t row = b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0 + tid;
       const bool valid = m0 + tid < p.seqlen_q;
       // lse = +inf makes P = 0 for rows past the end (and for rows that saw no key in the forward).
       sLse[stage * BM + tid] = valid ? p.lse[row] * kLog2e : INFINITY;
@@ -111,8 +128,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
 
   if (steps > 0) {
-    load_tile_async<BN, D, NT>(sK, gK, p.k_row_stride, p.seqlen_k - n0, tid);
-    load_tile_async<BN, D, NT>(sV, gV, p.v_row_stride, p.seqlen_k - n0, tid);
+    load_tile_async<BN, D, NT>(sK, gK, p.k_row_stride, p.seqlen_k - n0, p.head_dim, tid);
+    if constexpr (kDK) load_tile_async<BN, D, NT>(sV, gV, p.v_row_stride, p.seqlen_k - n0, p.head_dim, tid);
     issue_step(0, 0);
     cp_async_commit();
   }
@@ -149,16 +166,19 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t ak[4], av[4];
       frag_kv.load(ak, 0, kk * 16);
-      frag_kv.load(av, 0, kk * 16, kVBytes);
+      if constexpr (kDK) frag_kv.load(av, 0, kk * 16, kVBytes);
 #pragma unroll
       for (int qp = 0; qp < QTILES / 2; ++qp) {
-        uint32_t bq[4], bo[4];
+        uint32_t bq[4];
         frag_qdo.load(bq, qp * 16, kk * 16, stage_bytes);
-        frag_qdo.load(bo, qp * 16, kk * 16, stage_bytes + kDOBytes);
         Mma16816<T>::run(st[2 * qp], ak, bq[0], bq[1]);
         Mma16816<T>::run(st[2 * qp + 1], ak, bq[2], bq[3]);
-        Mma16816<T>::run(dpt[2 * qp], av, bo[0], bo[1]);
-        Mma16816<T>::run(dpt[2 * qp + 1], av, bo[2], bo[3]);
+        if constexpr (kDK) {
+          uint32_t bo[4];
+          frag_qdo.load(bo, qp * 16, kk * 16, stage_bytes + kDOBytes);
+          Mma16816<T>::run(dpt[2 * qp], av, bo[0], bo[1]);
+          Mma16816<T>::run(dpt[2 * qp + 1], av, bo[2], bo[3]);
+        }
       }
     }
 
@@ -173,7 +193,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
         float pv = fast_exp2(fmaf(st[qt][e], p.scale_log2, -lse_s[qcol]));
         if (!full && !key_visible<kBanded>(p, m0 + qcol, key)) pv = 0.f;
         st[qt][e] = pv;
-        dpt[qt][e] = pv * (dpt[qt][e] - delta_s[qcol]);
+        if constexpr (kDK) dpt[qt][e] = pv * (dpt[qt][e] - delta_s[qcol]);
       }
     }
 
@@ -181,41 +201,52 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
       uint32_t ap[4], ads[4];
-      acc_to_a_frag<T>(ap, st[2 * kk], st[2 * kk + 1]);
-      acc_to_a_frag<T>(ads, dpt[2 * kk], dpt[2 * kk + 1]);
+      if constexpr (kDV) acc_to_a_frag<T>(ap, st[2 * kk], st[2 * kk + 1]);
+      if constexpr (kDK) acc_to_a_frag<T>(ads, dpt[2 * kk], dpt[2 * kk + 1]);
 #pragma unroll
       for (int dp = 0; dp < DTILES / 2; ++dp) {
-        uint32_t bo[4], bq[4];
-        frag_qdo_t.load(bo, kk * 16, dp * 16, stage_bytes + kDOBytes);
-        frag_qdo_t.load(bq, kk * 16, dp * 16, stage_bytes);
-        Mma16816<T>::run(dv[2 * dp], ap, bo[0], bo[1]);
-        Mma16816<T>::run(dv[2 * dp + 1], ap, bo[2], bo[3]);
-        Mma16816<T>::run(dk[2 * dp], ads, bq[0], bq[1]);
-        Mma16816<T>::run(dk[2 * dp + 1], ads, bq[2], bq[3]);
+        if constexpr (kDV) {
+          uint32_t bo[4];
+          frag_qdo_t.load(bo, kk * 16, dp * 16, stage_bytes + kDOBytes);
+          Mma16816<T>::run(dv[2 * dp], ap, bo[0], bo[1]);
+          Mma16816<T>::run(dv[2 * dp + 1], ap, bo[2], bo[3]);
+        }
+        if constexpr (kDK) {
+          uint32_t bq[4];
+          frag_qdo_t.load(bq, kk * 16, dp * 16, stage_bytes);
+          Mma16816<T>::run(dk[2 * dp], ads, bq[0], bq[1]);
+          Mma16816<T>::run(dk[2 * dp + 1], ads, bq[2], bq[3]);
+        }
       }
     }
   }
 
   // Store (zeros for keys no query sees, so dK/dV are always fully written).
-  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride;
-  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride;
+  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + k_off * p.dk_row_stride;
+  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + k_off * p.dv_row_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = n0 + key_row0 + g + r * 8;
     if (key < p.seqlen_k) {
 #pragma unroll
       for (int dt = 0; dt < DTILES; ++dt) {
+        if (dt * 8 >= p.head_dim) break;  // columns past the call's head dim are padding
         const int col = dt * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(gdK + key * p.dk_row_stride + col) =
-            pack2<T>(dk[dt][2 * r] * p.softmax_scale, dk[dt][2 * r + 1] * p.softmax_scale);
-        *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) = pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
+        if constexpr (kDK) {
+          *reinterpret_cast<uint32_t*>(gdK + key * p.dk_row_stride + col) =
+              pack2<T>(dk[dt][2 * r] * p.softmax_scale, dk[dt][2 * r + 1] * p.softmax_scale);
+        }
+        if constexpr (kDV) {
+          *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) = pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
+        }
       }
     }
   }
 }
 
 template <typename Traits, bool kBanded>
-__global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const AttnParams params) {
+  AttnParams p = params;  // select_sequence narrows this copy to the block's sequence
   using T = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
   constexpr int BM = Traits::kBlockM;
@@ -243,10 +274,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const At
   const int m0 = m_block * BM;
   const int q_row0 = warp * 16;
 
-  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride + m0 * p.q_row_stride;
-  const T* gdO = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + m0 * p.do_row_stride;
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+  int q_off, k_off;
+  select_sequence(p, b, q_off, k_off);
+  if (m0 >= p.seqlen_q) return;  // varlen: the grid covers the longest sequence
+
+  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
+                (q_off + m0) * p.q_row_stride;
+  const T* gdO = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride +
+                 (q_off + m0) * p.do_row_stride;
+  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + k_off * p.k_row_stride;
+  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + k_off * p.v_row_stride;
 
   int key_begin, key_end;
   key_range<kBanded>(p, m0, BM, key_begin, key_end);
@@ -258,7 +295,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const At
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = m0 + q_row0 + g + r * 8;
-    const int64_t row = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
+    const int64_t row = b * p.lse_batch_stride + h * p.lse_head_stride + q_off + i;
     lse_r[r] = i < p.seqlen_q ? p.lse[row] * kLog2e : INFINITY;
     delta_r[r] = i < p.seqlen_q ? p.delta[row] : 0.f;
   }
@@ -272,14 +309,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const At
   auto issue_kv = [&](int n_block, int stage) {
     const int n0 = n_block * BN;
     load_tile_async<BN, D, NT>(sK + stage * Traits::kSmemKV, gK + n0 * p.k_row_stride, p.k_row_stride,
-                               p.seqlen_k - n0, tid);
+                               p.seqlen_k - n0, p.head_dim, tid);
     load_tile_async<BN, D, NT>(sV + stage * Traits::kSmemKV, gV + n0 * p.v_row_stride, p.v_row_stride,
-                               p.seqlen_k - n0, tid);
+                               p.seqlen_k - n0, p.head_dim, tid);
   };
 
   if (n_block_min < n_block_max) {
-    load_tile_async<BM, D, NT>(sQ, gQ, p.q_row_stride, p.seqlen_q - m0, tid);
-    load_tile_async<BM, D, NT>(sdO, gdO, p.do_row_stride, p.seqlen_q - m0, tid);
+    load_tile_async<BM, D, NT>(sQ, gQ, p.q_row_stride, p.seqlen_q - m0, p.head_dim, tid);
+    load_tile_async<BM, D, NT>(sdO, gdO, p.do_row_stride, p.seqlen_q - m0, p.head_dim, tid);
     issue_kv(n_block_min, 0);
     cp_async_commit();
   }
@@ -354,13 +391,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const At
     }
   }
 
-  T* gdQ = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + m0 * p.dq_row_stride;
+  T* gdQ = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + (q_off + m0) * p.dq_row_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = q_row0 + g + r * 8;
     if (m0 + row < p.seqlen_q) {
 #pragma unroll
       for (int dt = 0; dt < DTILES; ++dt) {
+        if (dt * 8 >= p.head_dim) break;  // columns past the call's head dim are padding
         *reinterpret_cast<uint32_t*>(gdQ + row * p.dq_row_stride + dt * 8 + 2 * t) =
             pack2<T>(dq[dt][2 * r] * p.softmax_scale, dq[dt][2 * r + 1] * p.softmax_scale);
       }

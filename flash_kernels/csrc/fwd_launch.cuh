@@ -44,10 +44,38 @@ struct FwdConfig<T, 32> {
   using Traits = FwdTraits<T, 32, 128, 64, 4>;
 };
 
+// Head dims 160, 192, 256: one 16-row strip per warp (the two-strip shape would need O 2 x kHeadDim/2
+// fp32 registers per thread: 160 to 256 before S, far past the 255 cap), 4 warps x 16 rows, 64 keys per
+// step. Registers: O kHeadDim/2 (80 / 96 / 128) + S 32 fp32. A 64-row block keeps shared memory at
+// (64 + 2 x 64) rows of 168 / 200 / 264 elements (padded, see SmemTile) = 63 / 75 / 99 KB, so even at
+// 256 two blocks (8 warps) share an SM on sm_80 (164 KB) and sm_90 (228 KB), and
+// one block's barrier waits are covered by the other's math. (flash-attention 2 picks 64 x 64 tiles with
+// 4 warps for head dim 256 on sm_8x for the same register reason.)
+// ptxas (sm_80 / sm_90, dense kernel): 160: 230 / 228 registers, no spills; 192: 250 / 253, no spills;
+// 256: 255, 72 bytes of spill stores (varlen kernel: 104-112), outside the inner loop's mma.
+// Measured (H200, bf16, 16k tokens, seqlen 4k / 8k, tools/cuda_bench.py), TFLOP/s non-causal | causal:
+// 160: 245-247 | 228-240 (1.01-1.09x SDPA-flash); 192: 246 | 211-220 (0.75-0.77x); 256: 221-223 |
+// 186-193 (0.65-0.69x). 192 and 256 are the next candidates for a tile search (e.g. 128-row blocks of
+// 8 warps, or 32 keys per step to drop the 256 spills); not measured yet.
+template <typename T>
+struct FwdConfig<T, 160> {
+  using Traits = FwdTraits<T, 160, 64, 64, 4>;
+};
+template <typename T>
+struct FwdConfig<T, 192> {
+  using Traits = FwdTraits<T, 192, 64, 64, 4>;
+};
+template <typename T>
+struct FwdConfig<T, 256> {
+  using Traits = FwdTraits<T, 256, 64, 64, 4>;
+};
+
 template <typename T, int kHeadDim, bool kBanded>
 void run_fwd(const AttnParams& p, cudaStream_t stream) {
   using Traits = typename FwdConfig<T, kHeadDim>::Traits;
-  auto kernel = attn_fwd_kernel<Traits, kBanded>;
+  // Dense and varlen calls share one instantiation file (one nvcc front-end pass for both kernels).
+  auto kernel = p.cu_seqlens_q != nullptr ? attn_fwd_kernel<Traits, kBanded, true>
+                                          : attn_fwd_kernel<Traits, kBanded, false>;
   constexpr int smem = Traits::kSmemBytes;
   // Above 48 KB a block must opt in to the larger dynamic shared-memory carve-out.
   if (smem > 48 * 1024) {

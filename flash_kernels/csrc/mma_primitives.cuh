@@ -18,16 +18,19 @@ namespace flash_kernels {
 // ---- shared memory layout ---------------------------------------------------------------------
 // A tile row of kCols 16-bit elements is kCols/8 chunks of 16 bytes. ldmatrix reads one chunk from each
 // of 8 consecutive rows, so those 8 chunks must fall in different 4-bank groups:
-// - kCols a multiple of 64 (rows a multiple of 128 bytes apart): chunk c of row r is stored at chunk
-//   position c ^ (r % 8) (XOR swizzle, no padding). Without it all 8 land in the same 4 banks.
-// - other head dims (32, 96, ...): each row is padded by one chunk, so row r starts 4 * r banks
-//   further (mod 32) and the 8 rows cover all 32 banks.
+// - kCols 64 or 128 (rows a multiple of 128 bytes apart): chunk c of row r is stored at chunk position
+//   c ^ (r % 8) (XOR swizzle, no padding). Without it all 8 land in the same 4 banks.
+// - other head dims (32, 96, 160, 192, 256): each row is padded by one chunk, so row r starts an odd
+//   number of chunks after row r-1 (5, 13, 21, 25, 33) and 8 consecutive rows cover all 32 banks. The
+//   swizzled copy loop needs each thread to keep one chunk column with a row step that is a multiple of 8:
+//   192 (24 chunks per row) divides no power-of-two block, and 256 (32 chunks) gives 128 threads a row
+//   step of 4, so both take the padded layout (3-4% more shared memory).
 // cp.async writes of 8 consecutive chunks are conflict-free in the swizzled layout; in the padded one a
 // group that crosses a row end can meet one 2-way conflict (the skipped pad chunk).
 template <int kCols>
 struct SmemTile {
   static_assert(kCols % 16 == 0, "rows must be whole 16-column mma k steps");
-  static constexpr bool kSwizzled = kCols % 64 == 0;
+  static constexpr bool kSwizzled = kCols == 64 || kCols == 128;
   static constexpr int kStride = kSwizzled ? kCols : kCols + 8;  // elements between row starts
   static __device__ __forceinline__ int offset(int row, int col) {
     if constexpr (kSwizzled) {
@@ -57,10 +60,13 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Copy rows [0, kRows) of a (rows x kCols) global tile into shared memory (SmemTile layout); rows at or
-// past valid_rows are zero-filled. All kThreads threads of the block take part.
+// past valid_rows and columns at or past valid_cols are zero-filled, never read. valid_cols is the head
+// dim of the call, a multiple of 8 (whole 16-byte chunks) and <= kCols: a head dim d runs on the kernel
+// compiled for the next larger kCols, and the zero columns add nothing to Q K^T, P V, dS Q, ...
+// All kThreads threads of the block take part.
 template <int kRows, int kCols, int kThreads, typename T>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t row_stride, int valid_rows,
-                                                int tid) {
+                                                int valid_cols, int tid) {
   constexpr int kChunksPerRow = kCols / 8;
   if constexpr (SmemTile<kCols>::kSwizzled) {
     // Thread tid always copies the same chunk column of rows tid / kChunksPerRow + i * kRowStep;
@@ -73,9 +79,10 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
     const int col = (tid % kChunksPerRow) * 8;
     T* dst = smem + SmemTile<kCols>::offset(row, col);
     const T* src = gmem + row * row_stride + col;
+    const bool col_valid = col < valid_cols;
 #pragma unroll
     for (int i = 0; i < kRows / kRowStep; ++i) {
-      const bool valid = row + i * kRowStep < valid_rows;
+      const bool valid = col_valid && row + i * kRowStep < valid_rows;
       // An invalid row still needs a mapped address for the instruction; the tile base is one.
       cp_async_16(dst + i * kRowStep * kCols, valid ? src + i * kRowStep * row_stride : gmem, valid);
     }
@@ -88,7 +95,7 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
       if (kChunks % kThreads != 0 && c >= kChunks) break;
       const int row = c / kChunksPerRow;
       const int col = (c % kChunksPerRow) * 8;
-      const bool valid = row < valid_rows;
+      const bool valid = row < valid_rows && col < valid_cols;
       cp_async_16(smem + SmemTile<kCols>::offset(row, col), valid ? gmem + row * row_stride + col : gmem, valid);
     }
   }

@@ -1,6 +1,6 @@
 // Host side of the CUDA path: validates inputs at the boundary, fills AttnParams, picks the compiled
 // launcher from the generated dispatch table, and registers the ops with torch's dispatcher:
-//   torch.ops.flash_kernels_cuda.fwd / .bwd / .compiled_head_dims
+//   torch.ops.flash_kernels_cuda.fwd / .bwd / .varlen_fwd / .varlen_bwd / .compiled_head_dims
 // No pybind11: the ops are reached through the dispatcher, so the module needs only the stable ABI
 // (module_init.cpp), and one cp39-abi3 wheel serves every Python of a torch/CUDA combination.
 #include <ATen/ATen.h>
@@ -53,16 +53,25 @@ void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef want) {
   TORCH_CHECK(t.sizes() == want, "flash_kernels_cuda: ", name, " must have shape ", want, ", got ", t.sizes());
 }
 
+// A head dim d runs on the kernel compiled for the smallest head dim >= d; the kernel zero-fills columns
+// [d, compiled) in shared memory and stores none of them (AttnParams::head_dim), so no tensor is padded.
+// d must be a multiple of 8: the kernels copy whole 16-byte chunks of a row.
 const KernelEntry& find_kernel(const at::Tensor& q, bool banded) {
   TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
               "flash_kernels_cuda: dtype ", q.scalar_type(), " is not supported (float16 or bfloat16)");
   const DType dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
   const int64_t hd = q.size(3);
+  TORCH_CHECK(hd > 0 && hd % 8 == 0, "flash_kernels_cuda: head dim ", hd,
+              " must be a positive multiple of 8 (rows are copied in 16-byte chunks); use the Triton backend");
+  const KernelEntry* best = nullptr;
   for (const KernelEntry& e : kKernels) {
-    if (e.dtype == dtype && e.head_dim == hd && e.banded == banded) return e;
+    if (e.dtype == dtype && e.banded == banded && e.head_dim >= hd && (!best || e.head_dim < best->head_dim)) {
+      best = &e;
+    }
   }
-  TORCH_CHECK(false, "flash_kernels_cuda: head dim ", hd, " is not compiled in the CUDA path (compiled: ",
-              compiled_dims_text(), ")");
+  TORCH_CHECK(best != nullptr, "flash_kernels_cuda: head dim ", hd, " is larger than every head dim compiled in "
+              "the CUDA path (compiled: ", compiled_dims_text(), ")");
+  return *best;
 }
 
 // Queried through the runtime rather than ATen/cuda/CUDAContext.h, whose includes (cuBLAS, cuSPARSE
@@ -86,6 +95,7 @@ AttnParams make_params(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   p.heads_q = q.size(2);
   p.seqlen_k = k.size(1);
   p.heads_kv = k.size(2);
+  p.head_dim = q.size(3);
   p.head_group = p.heads_q / p.heads_kv;
   p.q = q.data_ptr();
   p.k = k.data_ptr();
@@ -121,30 +131,88 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, do
   TORCH_CHECK(q.size(1) < (1 << 30) && sk < (1 << 30), "flash_kernels_cuda: sequence lengths must be < 2^30");
 }
 
-std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       double softmax_scale, bool causal, int64_t window_left,
-                                       int64_t window_right, double softcap) {
+// Varlen calls: the packed (total, heads, d) tensors are viewed as (1, total, heads, d) for the checks and
+// the strides, then apply_varlen turns the params into one launch over all sequences.
+struct Varlen {
+  const at::Tensor& cu_seqlens_q;
+  const at::Tensor& cu_seqlens_k;
+  int64_t max_seqlen_q;
+  int64_t max_seqlen_k;
+};
+
+void check_cu_seqlens(const at::Tensor& cu, const char* name, const at::Tensor& q) {
+  TORCH_CHECK(cu.is_cuda() && cu.device() == q.device(), "flash_kernels_cuda: ", name, " must be on ", q.device());
+  TORCH_CHECK(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.numel() >= 2 && cu.is_contiguous(),
+              "flash_kernels_cuda: ", name, " must be a contiguous 1-D int32 tensor of batch+1 cumulative lengths");
+}
+
+// Sequence b of the batch reads rows cu_seqlens[b] .. cu_seqlens[b+1] (the kernels' select_sequence). The
+// grid covers max_seqlen_q / max_seqlen_k, which (as in flash_attn) must be >= every sequence's length;
+// the cumulative lengths are device data and are not read back here (that would synchronise the stream).
+void apply_varlen(AttnParams& p, const Varlen& vl, const at::Tensor& q4) {
+  check_cu_seqlens(vl.cu_seqlens_q, "cu_seqlens_q", q4);
+  check_cu_seqlens(vl.cu_seqlens_k, "cu_seqlens_k", q4);
+  TORCH_CHECK(vl.cu_seqlens_q.numel() == vl.cu_seqlens_k.numel(), "flash_kernels_cuda: cu_seqlens_q and "
+              "cu_seqlens_k must have the same number of entries (batch + 1)");
+  TORCH_CHECK(vl.max_seqlen_q >= 0 && vl.max_seqlen_k >= 0 && vl.max_seqlen_q < (1 << 30) &&
+              vl.max_seqlen_k < (1 << 30), "flash_kernels_cuda: max_seqlen_q / max_seqlen_k must be in [0, 2^30)");
+  p.total_q = p.seqlen_q;
+  p.batch = static_cast<int>(vl.cu_seqlens_q.numel() - 1);
+  p.seqlen_q = static_cast<int>(vl.max_seqlen_q);
+  p.seqlen_k = static_cast<int>(vl.max_seqlen_k);
+  p.cu_seqlens_q = vl.cu_seqlens_q.data_ptr<int>();
+  p.cu_seqlens_k = vl.cu_seqlens_k.data_ptr<int>();
+  // make_params bounded the window by the total lengths, which no sequence exceeds: still "unbounded".
+  p.lse_batch_stride = 0;
+  p.lse_head_stride = p.total_q;
+}
+
+// The (1, total, heads, d) views have a batch stride of total * heads * d; the kernels add
+// b * batch_stride for sequence b, so a varlen launch must see 0 (sequences are found through cu_seqlens).
+void clear_batch_strides(AttnParams& p) {
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = 0;
+}
+
+void set_dense_lse_layout(AttnParams& p) {
+  p.lse_batch_stride = static_cast<int64_t>(p.heads_q) * p.seqlen_q;
+  p.lse_head_stride = p.seqlen_q;
+}
+
+// q, k, v are 4-D here (varlen ones viewed as batch 1). Returns out like q and lse in flash_attn's layout.
+std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            double softmax_scale, bool causal, int64_t window_left,
+                                            int64_t window_right, double softcap, const Varlen* varlen) {
   check_qkv(q, k, v, softmax_scale, softcap);
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  at::Tensor lse = varlen ? at::empty({q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
+                          : at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
   bool banded = false;
   AttnParams p = make_params(q, k, v, softmax_scale, causal, window_left, window_right, banded);
+  if (varlen) {
+    apply_varlen(p, *varlen, q);
+  } else {
+    set_dense_lse_layout(p);
+  }
   const KernelEntry& kernel = find_kernel(q, banded);
-  if (out.numel() == 0) return {out, lse};
+  if (out.numel() == 0 || p.seqlen_q == 0) {
+    lse.fill_(INFINITY);  // no key seen (only reachable with varlen's max_seqlen_q == 0 and rows present)
+    return {out.zero_(), lse};
+  }
   p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  if (varlen) clear_batch_strides(p);
   kernel.fwd(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                                   double softmax_scale, bool causal, int64_t window_left,
-                                                   int64_t window_right, double softcap, bool deterministic) {
-  // The backward never uses atomics, so it is deterministic whatever `deterministic` asks.
-  (void)deterministic;
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_impl(const at::Tensor& dout, const at::Tensor& q,
+                                                        const at::Tensor& k, const at::Tensor& v,
+                                                        const at::Tensor& out, const at::Tensor& lse,
+                                                        double softmax_scale, bool causal, int64_t window_left,
+                                                        int64_t window_right, double softcap, const Varlen* varlen) {
   check_qkv(q, k, v, softmax_scale, softcap);
   check_tensor(dout, "dout", q);
   check_tensor(out, "out", q);
@@ -152,19 +220,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   check_shape(out, "out", q.sizes());
   TORCH_CHECK(lse.is_cuda() && lse.device() == q.device() && lse.scalar_type() == at::kFloat && lse.is_contiguous(),
               "flash_kernels_cuda: lse must be a contiguous float32 CUDA tensor on q's device");
-  check_shape(lse, "lse", {q.size(0), q.size(2), q.size(1)});
+  if (varlen) {
+    check_shape(lse, "lse", {q.size(2), q.size(1)});
+  } else {
+    check_shape(lse, "lse", {q.size(0), q.size(2), q.size(1)});
+  }
   const c10::cuda::CUDAGuard guard(q.device());
   bool banded = false;
   AttnParams p = make_params(q, k, v, softmax_scale, causal, window_left, window_right, banded);
+  if (varlen) {
+    apply_varlen(p, *varlen, q);
+  } else {
+    set_dense_lse_layout(p);
+  }
   const KernelEntry& kernel = find_kernel(q, banded);
   // Degenerate sizes: no query or no key means every gradient is zero (and empty grids cannot launch).
-  if (q.numel() == 0 || k.numel() == 0) {
+  if (q.numel() == 0 || k.numel() == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
     return {at::zeros(q.sizes(), q.options()), at::zeros(k.sizes(), k.options()), at::zeros(v.sizes(), v.options())};
   }
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
-  at::Tensor delta = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  at::Tensor delta = at::empty(lse.sizes(), lse.options());
   p.out = const_cast<void*>(out.data_ptr());
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
   p.lse = const_cast<float*>(lse.data_ptr<float>());
@@ -177,8 +254,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const
   p.dv = dv.data_ptr();
   p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1), p.dv_head_stride = dv.stride(2);
   p.delta = delta.data_ptr<float>();
+  if (varlen) clear_batch_strides(p);
   kernel.bwd(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   return {dq, dk, dv};
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       double softmax_scale, bool causal, int64_t window_left,
+                                       int64_t window_right, double softcap) {
+  return fwd_impl(q, k, v, softmax_scale, causal, window_left, window_right, softcap, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                                   double softmax_scale, bool causal, int64_t window_left,
+                                                   int64_t window_right, double softcap, bool deterministic) {
+  // The backward never uses atomics, so it is deterministic whatever `deterministic` asks.
+  (void)deterministic;
+  return bwd_impl(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, nullptr);
+}
+
+at::Tensor as_batch_of_one(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.dim() == 3, "flash_kernels_cuda: varlen ", name, " must be 3-D (total_tokens, heads, head_dim), got ",
+              t.dim(), "-D");
+  return t.unsqueeze(0);
+}
+
+std::tuple<at::Tensor, at::Tensor> varlen_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                              int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+                                              bool causal, int64_t window_left, int64_t window_right,
+                                              double softcap) {
+  const Varlen vl{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k};
+  auto [out, lse] = fwd_impl(as_batch_of_one(q, "q"), as_batch_of_one(k, "k"), as_batch_of_one(v, "v"),
+                             softmax_scale, causal, window_left, window_right, softcap, &vl);
+  return {out.squeeze(0), lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_bwd(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap, bool deterministic) {
+  (void)deterministic;  // no atomics: always deterministic
+  const Varlen vl{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k};
+  auto [dq, dk, dv] =
+      bwd_impl(as_batch_of_one(dout, "dout"), as_batch_of_one(q, "q"), as_batch_of_one(k, "k"),
+               as_batch_of_one(v, "v"), as_batch_of_one(out, "out"), lse, softmax_scale, causal, window_left,
+               window_right, softcap, &vl);
+  return {dq.squeeze(0), dk.squeeze(0), dv.squeeze(0)};
 }
 
 }  // namespace
@@ -191,6 +315,14 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, bool causal, "
       "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+      "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap) "
+      "-> (Tensor, Tensor)");
+  m.def(
+      "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
+      "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
+      "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)");
   // No tensor arguments: registered as a catch-all kernel, callable without a device.
   m.def("compiled_head_dims() -> int[]", &flash_kernels::compiled_head_dims);
 }
@@ -198,4 +330,6 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
 TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {
   m.impl("fwd", &flash_kernels::fwd);
   m.impl("bwd", &flash_kernels::bwd);
+  m.impl("varlen_fwd", &flash_kernels::varlen_fwd);
+  m.impl("varlen_bwd", &flash_kernels::varlen_bwd);
 }

@@ -7,7 +7,14 @@ softmax) and ref32 in float32 from the same inputs. Outputs are poisoned first: 
 of the output sizes are NaN-filled and freed, so an element the kernel forgets to write shows as NaN.
 The backward is run twice and must be bit-identical (it has no atomics).
 
+Head dims: every compiled one, plus multiples of 8 between them (8, 40, 80, 136, 200, 248), which run on
+the next larger compiled kernel with the columns past d predicated off. For those, q, k, v and dout are
+column slices of NaN-filled buffers 8 columns wider, so a kernel that read past d would produce NaN.
+
     python tools/cuda_numerics_check.py [--quick] [--json PATH]
+
+Varlen (when the extension has varlen_fwd): packed sequences of different lengths (some empty, some
+shorter than the keys, so causal rows see no key) against the same references run per sequence.
 
 Exit code: 0 all cases pass, 1 any case fails, 2 the extension is not built / no GPU.
 """
@@ -15,6 +22,7 @@ Exit code: 0 all cases pass, 1 any case fails, 2 the extension is not built / no
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -70,13 +78,23 @@ def max_err(a, b, finite_mask=None):
     return (a - b).abs().max().item()
 
 
-def run_case(case, dtype, device):
+def _input(shape, dtype, device, guard):
+    """randn of `shape`; with guard, a view of the first d columns of a buffer whose 8 extra are NaN."""
+    if not guard:
+        return torch.randn(shape, device=device, dtype=dtype)
+    d = shape[-1]
+    buf = torch.full((*shape[:-1], d + 8), float("nan"), device=device, dtype=dtype)
+    buf[..., :d] = torch.randn(shape, device=device, dtype=dtype)
+    return buf[..., :d]
+
+
+def run_case(case, dtype, device, guard=False):
     b, sq, sk, hq, hk, d, causal, wl, wr = case
     torch.manual_seed(hash(case) % (2**31))
-    q = torch.randn(b, sq, hq, d, device=device, dtype=dtype)
-    k = torch.randn(b, sk, hk, d, device=device, dtype=dtype)
-    v = torch.randn(b, sk, hk, d, device=device, dtype=dtype)
-    dout = torch.randn(b, sq, hq, d, device=device, dtype=dtype)
+    q = _input((b, sq, hq, d), dtype, device, guard)
+    k = _input((b, sk, hk, d), dtype, device, guard)
+    v = _input((b, sk, hk, d), dtype, device, guard)
+    dout = _input((b, sq, hq, d), dtype, device, guard)
     scale = 1.0 / math.sqrt(d)
     ops = torch.ops.flash_kernels_cuda
 
@@ -118,6 +136,9 @@ def run_case(case, dtype, device):
     return ok, deterministic, results
 
 
+PREDICATED_HEAD_DIMS = (8, 40, 80, 136, 200, 248)
+
+
 def cases(quick: bool, head_dims):
     # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, window_left, window_right)
     # Sequence lengths avoid multiples of the 64/128 tiles; sq > sk causal has rows that see no key.
@@ -137,6 +158,77 @@ def cases(quick: bool, head_dims):
     for hd in head_dims:
         for b, sq, sk, hq, hk, causal, wl, wr in shapes:
             yield (b, sq, sk, hq, hk, hd, causal, wl, wr)
+    # Between the compiled dims: GQA, sequence ends inside tiles, causal rows that see no key, a window.
+    for hd in PREDICATED_HEAD_DIMS:
+        if hd <= max(head_dims) and hd not in head_dims:
+            for i in ((0, 1, 3, 4, 6) if not quick else (0, 1)):
+                b, sq, sk, hq, hk, causal, wl, wr = shapes[i] if i < len(shapes) else shapes[-1]
+                yield (b, sq, sk, hq, hk, hd, causal, wl, wr)
+
+
+VARLEN_CASES = [
+    # (seqlens_q, seqlens_k, heads_q, heads_kv, head_dim, causal, window_left, window_right)
+    ((37, 0, 130, 64, 1), (50, 12, 130, 200, 1), 4, 2, 64, False, -1, -1),
+    ((37, 70, 130, 64, 1), (50, 12, 130, 200, 3), 4, 2, 128, True, -1, -1),
+    ((100, 65, 3), (100, 65, 90), 2, 1, 96, False, 30, 5),
+    ((77, 140), (90, 140), 2, 2, 256, True, -1, -1),
+    ((33, 129), (129, 33), 4, 4, 40, True, -1, -1),
+]
+
+
+def _cat(parts, dim):
+    return torch.cat(parts, dim=dim)
+
+
+def run_varlen_case(case, dtype, device):
+    """Packed varlen call against per-sequence references; same criterion as run_case."""
+    sqs, sks, hq, hk, d, causal, wl, wr = case
+    torch.manual_seed(sum(sqs) * 131 + sum(sks) + d)
+    tq, tk = sum(sqs), sum(sks)
+    q = torch.randn(tq, hq, d, device=device, dtype=dtype)
+    k = torch.randn(tk, hk, d, device=device, dtype=dtype)
+    v = torch.randn(tk, hk, d, device=device, dtype=dtype)
+    dout = torch.randn(tq, hq, d, device=device, dtype=dtype)
+    cu_q = torch.tensor([0, *itertools.accumulate(sqs)], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, *itertools.accumulate(sks)], dtype=torch.int32, device=device)
+    scale = 1.0 / math.sqrt(d)
+    ops = torch.ops.flash_kernels_cuda
+    poison([((tq, hq, d), dtype), ((hq, tq), torch.float32)], device)
+    out, lse = ops.varlen_fwd(q, k, v, cu_q, cu_k, max(sqs), max(sks), scale, causal, wl, wr, 0.0)
+    poison([((tq, hq, d), dtype), ((tk, hk, d), dtype), ((tk, hk, d), dtype), ((hq, tq), torch.float32)], device)
+    dq, dk, dv = ops.varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max(sqs), max(sks), scale, causal, wl, wr,
+                                0.0, False)
+    mine = (out, lse, dq, dk, dv)
+    refs = {}
+    for name, dt in (("ref", torch.float32), ("lowp", dtype)):
+        parts = ([], [], [], [], [])
+        oq = ok = 0
+        for sq, sk in zip(sqs, sks, strict=True):
+            qq = q[oq:oq + sq].unsqueeze(0).detach().clone().requires_grad_(True)
+            kk = k[ok:ok + sk].unsqueeze(0).detach().clone().requires_grad_(True)
+            vv = v[ok:ok + sk].unsqueeze(0).detach().clone().requires_grad_(True)
+            o, lse_seq = reference(qq, kk, vv, scale, causal, wl, wr, dt)
+            o.backward(dout[oq:oq + sq].unsqueeze(0).to(dt))
+            for i, t in enumerate((o.detach(), lse_seq.detach(), qq.grad, kk.grad, vv.grad)):
+                t = torch.zeros_like(qq if i in (0, 2) else kk) if t is None else t
+                parts[i].append(t[0])
+            oq, ok = oq + sq, ok + sk
+        refs[name] = tuple(_cat(p, -1 if i == 1 else 0) for i, p in enumerate(parts))
+    ref, lowp = refs["ref"], refs["lowp"]
+    finite = torch.isfinite(ref[1])
+    ok_all, results = True, {}
+    for idx, name in enumerate(("out", "lse", "dq", "dk", "dv")):
+        m = mine[idx]
+        nan = bool(torch.isnan(m).any())
+        if name == "lse":
+            err, base = max_err(m, ref[1], finite), max_err(lowp[1], ref[1], finite)
+            passed = torch.equal(torch.isinf(m), ~finite) and not nan and err <= 2 * base + ATOL_SLACK
+        else:
+            err, base = max_err(m, ref[idx]), max_err(lowp[idx], ref[idx])
+            passed = not nan and err <= 2 * base + ATOL_SLACK
+        results[name] = {"err": err, "lowp_err": base, "nan": nan, "pass": passed}
+        ok_all = ok_all and passed
+    return ok_all, results
 
 
 def main(argv=None) -> int:
@@ -157,13 +249,26 @@ def main(argv=None) -> int:
     rows, failures, t0 = [], 0, time.time()
     for dtype in (torch.float16, torch.bfloat16):
         for case in cases(args.quick, _cuda.compiled_head_dims()):
-            ok, det, res = run_case(case, dtype, device)
+            guard = case[5] not in _cuda.compiled_head_dims()
+            ok, det, res = run_case(case, dtype, device, guard)
             failures += not ok
             rows.append({"case": case, "dtype": str(dtype), "pass": ok, "deterministic": det, "results": res})
             worst = max(res.items(), key=lambda kv: kv[1]["err"] / (2 * kv[1]["lowp_err"] + 1e-5))
             print(f"{'PASS' if ok else 'FAIL'} {str(dtype):14s} b,sq,sk,hq,hk,d,causal,wl,wr={case} "
                   f"det={det} worst={worst[0]} err={worst[1]['err']:.2e} lowp={worst[1]['lowp_err']:.2e}"
                   + ("" if ok else f" {json.dumps(res)}"), flush=True)
+    if hasattr(torch.ops.flash_kernels_cuda, "varlen_fwd"):
+        for dtype in (torch.float16, torch.bfloat16):
+            for case in VARLEN_CASES:
+                if _cuda.kernel_head_dim(case[4]) is None:
+                    continue
+                ok, res = run_varlen_case(case, dtype, device)
+                failures += not ok
+                rows.append({"varlen_case": case, "dtype": str(dtype), "pass": ok, "results": res})
+                print(f"{'PASS' if ok else 'FAIL'} {dtype!s:14s} varlen sq,sk,hq,hk,d,causal,wl,wr={case}"
+                      + ("" if ok else f" {json.dumps(res)}"), flush=True)
+    else:
+        print("varlen: not in this build (no flash_kernels_cuda.varlen_fwd)")
     print(f"{len(rows) - failures}/{len(rows)} cases passed in {time.time() - t0:.1f} s")
     if args.json:
         with open(args.json, "w") as f:

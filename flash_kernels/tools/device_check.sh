@@ -16,9 +16,9 @@ SO=$(ls /tmp/fk_site/flash_kernels/_C*.so)
 T=flash_kernels/tools
 for step in $STEPS; do
   case $step in
-    numerics) PYTHONPATH=/tmp/fk_site timeout 60 python3 $T/cuda_numerics_check.py > "$OUT/numerics.log" 2>&1; echo "numerics rc=$?" ;;
+    numerics) PYTHONPATH=/tmp/fk_site timeout ${NUMERICS_TIMEOUT:-150} python3 $T/cuda_numerics_check.py > "$OUT/numerics.log" 2>&1; echo "numerics rc=$?" ;;
     sanitize) for tool in memcheck racecheck; do
-                PYTHONPATH=/tmp/fk_site timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 python3 $T/cuda_sanitize_cases.py > "$OUT/sanitize_$tool.log" 2>&1; echo "sanitize $tool rc=$?"; done ;;
+                PYTHONPATH=/tmp/fk_site timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 3 python3 $T/cuda_sanitize_cases.py > "$OUT/sanitize_$tool.log" 2>&1; echo "sanitize $tool rc=$?"; done ;;
     bench) PYTHONPATH=/tmp/fk_site timeout 100 python3 $T/cuda_bench.py ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?" ;;
     suite) PYTHONPATH=/tmp/fk_site timeout ${SUITE_TIMEOUT:-90} python3 -m flash_kernels.selftest --tier gpu --backend cuda -q -n 8 > "$OUT/suite.log" 2>&1; echo "suite rc=$?"; tail -3 "$OUT/suite.log" ;;
   esac

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "csrc" / "instantiations"
 
 DTYPES = {"fp16": ("__half", "kFloat16"), "bf16": ("__nv_bfloat16", "kBFloat16")}
-HEAD_DIMS = (32, 64, 96, 128)
+HEAD_DIMS = (32, 64, 96, 128, 160, 192, 256)
 # banded = causal or sliding window: the kernels with per-element masks near the diagonal.
 BANDED = (False, True)
 PASSES = ("fwd", "bwd")

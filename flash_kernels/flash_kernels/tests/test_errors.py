@@ -98,7 +98,8 @@ def test_unknown_backend_env(device, monkeypatch):
 
 
 def test_forced_cuda_unavailable_names_reason(device, monkeypatch):
-    q, k, v = _qkv(device)
+    # Head dim 36 is not a multiple of 8: the CUDA kernels (16-byte row copies) cannot take it anywhere.
+    q, k, v = _qkv(device, shape=(1, 8, 2, 36))
     features = dispatch.Features(causal=False, window_size=(-1, -1), softcap=0.0,
                                  alibi_slopes=None, dropout_p=0.0, is_varlen=False)
     reason = dispatch.cuda_unsupported_reason(q, k, v, features)
@@ -119,3 +120,24 @@ def test_bf16_refused_by_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(UnsupportedDeviceError, match="bfloat16"):
         fk.flash_attn_func(*_qkv(torch.device("cpu"), torch.bfloat16))
+
+
+def test_cuda_head_dim_rule(device, monkeypatch):
+    """Every head dim that is a multiple of 8 up to the largest compiled one goes to the CUDA path (on the
+    next larger compiled kernel); others fall back to Triton with a reason that says why."""
+    if device.type != "cuda" or dispatch.cuda_backend() is None:
+        pytest.skip("needs the CUDA extension and a CUDA GPU")
+    cuda = dispatch.cuda_backend()
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)  # auto
+    features = dispatch.Features(causal=True, window_size=(-1, -1), softcap=0.0,
+                                 alibi_slopes=None, dropout_p=0.0, is_varlen=False)
+    largest = max(cuda.compiled_head_dims())
+    for head_dim in range(8, largest + 1, 8):
+        q, k, v = _qkv(device, shape=(1, 8, 2, head_dim))
+        assert dispatch.cuda_unsupported_reason(q, k, v, features) is None, head_dim
+        assert dispatch.choose_backend(q, k, v, features) == "cuda", head_dim
+        assert cuda.kernel_head_dim(head_dim) >= head_dim
+    for head_dim in (4, 36, 100, largest - 1):
+        q, k, v = _qkv(device, shape=(1, 8, 2, head_dim))
+        assert "multiple of 8" in dispatch.cuda_unsupported_reason(q, k, v, features), head_dim
+        assert dispatch.choose_backend(q, k, v, features) == "triton", head_dim

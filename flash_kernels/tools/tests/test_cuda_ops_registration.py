@@ -33,6 +33,11 @@ def test_schemas():
         "flash_kernels_cuda::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
         "int window_left, int window_right, float softcap) -> (Tensor, Tensor)")
     assert "bool deterministic" in str(torch.ops.flash_kernels_cuda.bwd.default._schema)
+    assert str(torch.ops.flash_kernels_cuda.varlen_fwd.default._schema) == (
+        "flash_kernels_cuda::varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+        "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_left, "
+        "int window_right, float softcap) -> (Tensor, Tensor)")
+    assert "Tensor cu_seqlens_k" in str(torch.ops.flash_kernels_cuda.varlen_bwd.default._schema)
 
 
 def test_compiled_head_dims_match_generator():
@@ -51,10 +56,31 @@ def test_fake_kernels_give_shapes_for_gqa():
         assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
 
 
+def test_fake_kernels_give_shapes_for_varlen():
+    with FakeTensorMode():
+        q = torch.empty(300, 8, 40, dtype=torch.float16, device="cuda")
+        k = torch.empty(250, 2, 40, dtype=torch.float16, device="cuda")
+        cu = torch.empty(4, dtype=torch.int32, device="cuda")
+        out, lse = torch.ops.flash_kernels_cuda.varlen_fwd(q, k, k, cu, cu, 120, 100, 0.1, True, -1, -1, 0.0)
+        assert out.shape == q.shape and lse.shape == (8, 300) and lse.dtype == torch.float32
+        dq, dk, dv = torch.ops.flash_kernels_cuda.varlen_bwd(out, q, k, k, out, lse, cu, cu, 120, 100, 0.1, True,
+                                                             -1, -1, 0.0, False)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+
+
+def test_kernel_head_dim_is_the_next_compiled_one():
+    dims = _cuda.compiled_head_dims()
+    assert _cuda.kernel_head_dim(dims[0]) == dims[0]
+    assert _cuda.kernel_head_dim(dims[0] + 8) == dims[1]
+    assert _cuda.kernel_head_dim(max(dims)) == max(dims)
+    assert _cuda.kernel_head_dim(max(dims) + 8) is None
+    assert _cuda.kernel_head_dim(36) is None  # not a multiple of 8
+
+
 @pytest.mark.parametrize(
     "change,needle",
     [
-        (dict(is_varlen=True), "varlen"),
+        (dict(alibi_slopes=torch.zeros(2)), "ALiBi"),
         (dict(softcap=30.0), "softcap"),
         (dict(dropout_p=0.1), "dropout"),
     ],
