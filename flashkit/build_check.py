@@ -21,11 +21,10 @@ from flashkit.record import utc_now, write_json_atomic
 
 # Why layers usually differ, said once in the report instead of guessed per layer.
 LAYER_NOTE = (
-    "layers other than the wheel are not expected to match yet: the engine's built-in BuildKit "
-    "(Docker 20.10) writes build-time file mtimes into layer tars (BuildKit >= 0.13 can rewrite them "
-    "to SOURCE_DATE_EPOCH), apt and pip record install times, and CPython's .pyc bytes depend on "
-    "compile order; a layer whose step is COPY of committed files or the wheel install is the one to "
-    "look at when it differs"
+    "image layers are not expected to match yet, only the wheel: the engine's built-in BuildKit "
+    "(Docker 20.10) stamps per-build data into layers, even into a COPY of identical committed files "
+    "(BuildKit >= 0.13 can rewrite layer times to SOURCE_DATE_EPOCH), and apt and pip write install "
+    "times and .pyc files"
 )
 
 
