@@ -142,7 +142,7 @@ def layer_steps(history: list[dict], n_layers: int) -> tuple[str, ...]:
     ]
     if len(by_kind) == n_layers:
         return tuple(by_kind)
-    by_size = [step for step, size in zip(steps, sizes) if size > 0]
+    by_size = [step for step, size in zip(steps, sizes, strict=True) if size > 0]
     return tuple(by_size) if len(by_size) == n_layers else ("unknown",) * n_layers
 
 
