@@ -68,6 +68,9 @@ def cuda_extension_and_cmdclass():
         raise SkipCuda("no nvcc found (set CUDA_HOME to a CUDA toolkit to build the CUDA extension)")
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
     nvcc_version = bc.parse_nvcc_version(out)
+    # nvcc learned -frandom-seed in CUDA 12.x (12.4 rejects it); ask this nvcc rather than guess the version.
+    nvcc_help = subprocess.run([nvcc, "--help"], capture_output=True, text=True).stdout
+    seed_flags = ["-frandom-seed=flash_kernels"] if "frandom-seed" in nvcc_help else []
     # Checked before compiling: a major mismatch would otherwise surface as a load or launch failure.
     bc.check_cuda_major(nvcc_version, torch.version.cuda, cuda_home)
     if not cpp_extension.is_ninja_available():
@@ -91,6 +94,8 @@ def cuda_extension_and_cmdclass():
     say(f"building the CUDA extension: torch {torch.__version__}, nvcc {nvcc_version} at {cuda_home}")
     say(f"archs {', '.join(map(str, archs))} (from {arch_source}); stable ABI {limited_tag}-abi3")
     say(f"jobs: {plan.reason}")
+    if not seed_flags:
+        say(f"nvcc {nvcc_version} has no -frandom-seed: the compiled module is not bit-reproducible")
 
     csrc = os.path.join("csrc")
     sources = sorted(glob.glob(os.path.join(csrc, "*.cpp"))) + sorted(
@@ -119,7 +124,7 @@ def cuda_extension_and_cmdclass():
                 # nvcc otherwise draws a fresh random number into the names of internal-linkage functions
                 # (_INTERNAL_<file hash>_..._<n>), so two builds of one source differed. A fixed seed is
                 # safe for every file: the names already carry the file's own hash.
-                "-frandom-seed=flash_kernels",
+                *seed_flags,
                 # Line tables (for compute-sanitizer/ncu source lines) only on request: they embed each
                 # header's mtime, and the CUDA headers' mtimes are their install time in the image.
                 *(["-lineinfo"] if os.environ.get("FLASH_KERNELS_LINEINFO") == "1" else []),
