@@ -38,6 +38,7 @@ EXTENSIONS: tuple[tuple[str, str], ...] = (
     ("publish", "flashkit.publish"),
     ("wheelhouse", "flashkit.wheelhouse"),
     ("bake", "flashkit.bake"),
+    ("gc", "flashkit.gc"),
     ("ci-matrix", "flashkit.ci_matrix"),
 )
 

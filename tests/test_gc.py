@@ -1,0 +1,38 @@
+"""gc's plan: what it keeps for this checkout and what it removes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flashkit import gc
+from flashkit.build import image_ref
+from flashkit.inputhash import input_hash, tag_suffix
+from flashkit.spec import load_all, load_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_keeps_current_input_hash_and_latest_of_every_env():
+    keep = gc.keep_tags(REPO)
+    for spec in load_all(REPO):
+        short = tag_suffix(input_hash(REPO, spec))
+        env = str(spec.id)
+        assert {image_ref(env, short), image_ref(env, f"{short}-builder"), image_ref(env, "latest-local")} <= keep
+
+
+def test_plan_removes_old_hashes_and_check_rebuilds_only_under_the_prefix():
+    current = tag_suffix(input_hash(REPO, load_env(REPO, "cu130-torch211")))
+    tags = [
+        f"flashkit/cu130-torch211:{current}",
+        f"flashkit/cu130-torch211:{current}-builder",
+        f"flashkit/cu130-torch211:{current}-check",
+        "flashkit/cu130-torch211:fk1-0123456789abcdef",
+        "flashkit/cu124-torch27:latest-local-builder",
+        "flashkit/debian:bookworm-0123456789ab",
+        "127.0.0.1:5000/org/flash:torch2.11-cu13.0-py3.11",
+        "debian:bookworm",
+    ]
+    p = gc.plan(tags, gc.keep_tags(REPO))
+    assert set(p.keep) == {tags[0], tags[1], tags[4]}
+    assert set(p.remove) == {tags[2], tags[3], tags[5]}
+    assert gc.plan(tags, set(), prefix="flashkit-gc-test/") == gc.Plan(keep=(), remove=())
