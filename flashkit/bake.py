@@ -108,7 +108,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from flashkit import hostinfo, paths
 
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     mem = getattr(args, "host_mem_gib", None) or hostinfo.mem_gib()
     doc, skipped = plan(root, list(args.envs), mem)
     for line in skipped:

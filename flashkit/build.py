@@ -30,7 +30,7 @@ from flashkit import hostinfo, paths
 from flashkit.artifact_check import sha256  # one streaming file hash, stdlib-only
 from flashkit.base import pinned_base
 from flashkit.container import Container, image_inspect
-from flashkit.engine import Engine, ensure_engine
+from flashkit.engine import Engine, add_install_engine_option, ensure_engine
 from flashkit.image_errors import BaseImageError, BuildError
 from flashkit.record import utc_now, write_json_atomic
 
@@ -343,17 +343,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="show only step headers; the log keeps everything")
     p.add_argument("--pip-index-url", help="pip index for the build (default: $FLASHKIT_PIP_INDEX_URL)")
     p.add_argument("--debian-mirror", help="Debian mirror for apt in the build (default: $FLASHKIT_DEBIAN_MIRROR)")
-    p.add_argument(
-        "--install-engine",
-        action="store_true",
-        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
-    )
+    add_install_engine_option(p)
     p.set_defaults(run=run)
     return p
 
 
 def run(args) -> int:
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     options = dict(
         quiet=args.quiet,
         host_mem_gib=getattr(args, "host_mem_gib", None),

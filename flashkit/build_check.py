@@ -83,6 +83,11 @@ def report_path(root: Path, env_id: str, input_hash: str) -> Path:
 
 
 def check_env(root: Path, env_id: str, **build_kwargs) -> CheckReport:
+    from flashkit.engine import ensure_engine
+
+    # One engine for both builds and the comparison (image_facts needs it too).
+    engine = build_kwargs.get("engine") or ensure_engine()
+    build_kwargs["engine"] = engine
     first = build_env(root, env_id, **build_kwargs)
     second = build_env(root, env_id, check=True, **build_kwargs)
     if second.input_hash != first.input_hash:
@@ -90,7 +95,6 @@ def check_env(root: Path, env_id: str, **build_kwargs) -> CheckReport:
             f"{env_id}: the inputs changed between the two builds ({first.input_hash} then {second.input_hash}); "
             "a check compares two builds of the same inputs: run it again on a tree nobody is editing"
         )
-    engine = build_kwargs.get("engine")
     report = CheckReport(
         env=first.env,
         input_hash=first.input_hash,

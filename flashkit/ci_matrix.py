@@ -88,7 +88,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from flashkit import paths
 
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     doc, skipped = plan(root, list(args.envs), runner=args.runner, gpu_runner=args.gpu_runner)
     for line in skipped:
         print(f"left out: {line}", file=sys.stderr)

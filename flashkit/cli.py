@@ -46,7 +46,7 @@ EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in err
 
 
 def _root(args) -> Path:
-    return paths.find_repo_root(Path(args.repo) if args.repo else None)
+    return paths.root_of(args)
 
 
 def _specs(root: Path, args) -> list[EnvSpec]:

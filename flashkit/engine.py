@@ -308,6 +308,15 @@ def engine_available() -> tuple[bool, str]:
     return True, f"engine {info.get('Version')}"
 
 
+def add_install_engine_option(p: argparse.ArgumentParser) -> None:
+    """The --install-engine flag of the commands that build images (build, test)."""
+    p.add_argument(
+        "--install-engine",
+        action="store_true",
+        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
+    )
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("engine", help="find, install or start the docker engine")
     p.add_argument(

@@ -71,7 +71,7 @@ def run(args) -> int:
     from flashkit.build import human_size
     from flashkit.engine import ensure_engine
 
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     engine = ensure_engine()
     sdk = engine.sdk()
     try:

@@ -39,6 +39,12 @@ def find_repo_root(start: Path | None = None) -> Path:
     )
 
 
+def root_of(args) -> Path:
+    """The repository a CLI command works on: its global --repo, else found from the working directory."""
+    repo = getattr(args, "repo", None)
+    return find_repo_root(Path(repo) if repo else None)
+
+
 def env_file(repo_root: Path, env_id: str) -> Path:
     return repo_root / ENVS_DIR / f"{env_id}.yaml"
 

@@ -567,7 +567,7 @@ def run(args) -> int:
     from flashkit.inputhash import input_hash, tag_suffix
     from flashkit.spec import load_env
 
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     policy = parse_policy(args.policy)
     target = parse_target(args.registry or os.environ.get(REGISTRY_ENV))
     spec = load_env(root, args.env)

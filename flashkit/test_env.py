@@ -8,11 +8,10 @@ recorded as not-run elsewhere (never as passed).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from flashkit import paths, record
 from flashkit.build import build_env, human_size
-from flashkit.engine import ensure_engine
+from flashkit.engine import add_install_engine_option, ensure_engine
 from flashkit.verify import REQUIRED_HERE, exit_for, summary, verify
 
 
@@ -22,17 +21,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--rebuild", action="store_true", help="build even when the input hash is unchanged")
     p.add_argument("--tiers", default="build,abi,cpu,gpu", help="comma-separated tiers (default: all four)")
     p.add_argument("--quiet", action="store_true", help="show only build step headers")
-    p.add_argument(
-        "--install-engine",
-        action="store_true",
-        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
-    )
+    add_install_engine_option(p)
     p.set_defaults(run=run)
     return p
 
 
 def run(args) -> int:
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     engine = ensure_engine(install=args.install_engine)
     res = build_env(
         root,

@@ -115,7 +115,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     if args.env == "import-artifact-result":
         if len(args.extra) != 2:
             raise TierError("usage: flashkit verify import-artifact-result ENV RESULT.json")

@@ -153,7 +153,7 @@ def run(args) -> int:
     from flashkit.inputhash import input_hash
     from flashkit.spec import load_env
 
-    root = paths.find_repo_root(Path(args.repo) if getattr(args, "repo", None) else None)
+    root = paths.root_of(args)
     policy = parse_policy(args.policy)
     checked = []
     # Check every env before writing any: a refusal leaves the whole wheelhouse as it was.
