@@ -115,7 +115,7 @@ def cuda_extension_and_cmdclass():
         # function of the sources and toolchain only; exported and dynamic symbols are untouched.
         extra_link_args=["-Wl,-x"],
         extra_compile_args={
-            "cxx": ["-O3", "-std=c++17", *limited_flags],
+            "cxx": ["-O3", "-std=c++17", *limited_flags, *bc.define_flags(archs)],
             "nvcc": [
                 "-O3",
                 "-std=c++17",
@@ -130,6 +130,7 @@ def cuda_extension_and_cmdclass():
                 *(["-lineinfo"] if os.environ.get("FLASH_KERNELS_LINEINFO") == "1" else []),
                 f"--threads={plan.nvcc_threads}",
                 *bc.gencode_flags(archs),
+                *bc.define_flags(archs),
                 *limited_flags,
             ],
         },

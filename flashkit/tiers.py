@@ -165,8 +165,10 @@ def tier_build(spec, res: BuildResult) -> TierResult:
             extra_c = sorted(set(code.cubins) - want_cubins)
             missing_p = sorted(want_ptx - set(code.ptx))
             # PTX for an arch the spec lists only adds forward compatibility (flash_kernels
-            # embeds it for the newest arch by design); PTX for an unlisted arch is a mismatch.
+            # embeds it for the newest arch by design, the generic compute_90 for a 9.0a target:
+            # arch-specific PTX would JIT nowhere else); PTX for an unlisted arch is a mismatch.
             listed = {c.replace("sm_", "compute_") for c in want_cubins}
+            listed |= {re.sub(r"[af]$", "", c) for c in listed}
             bonus_p = sorted((set(code.ptx) - want_ptx) & listed)
             extra_p = sorted(set(code.ptx) - want_ptx - listed)
             if missing_c or extra_c or missing_p or extra_p:

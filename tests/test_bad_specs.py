@@ -33,7 +33,7 @@ CASES = [
     Bad(
         "yaml-syntax",
         T27,
-        (('gpu_targets: ["8.0", "9.0"]', 'gpu_targets: ["8.0", "9.0"'),),
+        (('gpu_targets: ["8.0", "9.0a"]', 'gpu_targets: ["8.0", "9.0"'),),
         ("envs/cu124-torch27.yaml:", "YAML syntax error"),
     ),
     Bad("empty-file", T27, (), ("the file is empty",), raw=""),
@@ -82,7 +82,7 @@ CASES = [
     Bad(
         "gpu-target-typo",
         T27,
-        (('gpu_targets: ["8.0", "9.0"]', 'gpu_targets: ["8.0", "9.O"]'),),
+        (('gpu_targets: ["8.0", "9.0a"]', 'gpu_targets: ["8.0", "9.O"]'),),
         ("gpu_targets[1]: '9.O' is not a known CUDA compute capability", "Did you mean '9.0'?"),
     ),
     Bad(
@@ -223,7 +223,7 @@ CASES = [
     Bad(
         "sm100-on-cuda124",
         T27,
-        (('gpu_targets: ["8.0", "9.0"]', 'gpu_targets: ["8.0", "10.0"]'),),
+        (('gpu_targets: ["8.0", "9.0a"]', 'gpu_targets: ["8.0", "10.0"]'),),
         ("rejected by rule sm-arch-min-cuda", "sm_100 needs CUDA >= 12.8"),
         code=4,
     ),

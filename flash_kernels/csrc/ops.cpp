@@ -10,6 +10,8 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -83,6 +85,36 @@ void check_device_arch(const at::Tensor& q) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   TORCH_CHECK(major >= 8, "flash_kernels_cuda: needs an sm_80 (Ampere) or newer GPU; ", q.device(), " is sm_", major,
               minor);
+}
+
+// The Hopper forward kernel (wgmma) replaces the general one on cc 9.0 devices when the module was built
+// with 9.0a code and compiles the same padded head dim; FLASH_KERNELS_CUDA_SM90=0 turns it off (A/B
+// timing, or to rule it out when hunting a bug). The variable is read on every call, so a process can
+// compare both kernels.
+LaunchFn pick_fwd(const at::Tensor& q, const KernelEntry& general) {
+#ifdef FLASH_KERNELS_SM90A
+  const char* off = std::getenv("FLASH_KERNELS_CUDA_SM90");
+  if (off != nullptr && std::string(off) == "0") return general.fwd;
+  int major = 0, minor = 0;
+  const int device = q.device().index();
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) return general.fwd;  // sm_90a code runs on exactly cc 9.0
+  for (const KernelEntry& e : kSm90Kernels) {
+    if (e.dtype == general.dtype && e.banded == general.banded && e.head_dim == general.head_dim) return e.fwd;
+  }
+#else
+  (void)q;
+#endif
+  return general.fwd;
+}
+
+bool sm90_forward_compiled() {
+#ifdef FLASH_KERNELS_SM90A
+  return true;
+#else
+  return false;
+#endif
 }
 
 // Fills shapes, the mask band and the forward tensors. causal => window_right = 0 (flash_attn);
@@ -204,7 +236,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tenso
   p.lse = lse.data_ptr<float>();
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
   if (varlen) clear_batch_strides(p);
-  kernel.fwd(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  pick_fwd(q, kernel)(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   return {out, lse};
 }
 
@@ -325,6 +357,8 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
       "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)");
   // No tensor arguments: registered as a catch-all kernel, callable without a device.
   m.def("compiled_head_dims() -> int[]", &flash_kernels::compiled_head_dims);
+  // Whether the module carries the Hopper (sm_90a, wgmma) forward kernel.
+  m.def("sm90_forward_compiled() -> bool", &flash_kernels::sm90_forward_compiled);
 }
 
 TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {

@@ -12,7 +12,9 @@ import re
 
 # sm_80 is the oldest target: the kernels use cp.async and bf16 mma.sync, both Ampere instructions.
 MIN_ARCH = (8, 0)
-DEFAULT_ARCHS = "8.0;9.0"
+# 9.0a: Hopper's arch-specific code (wgmma), which the sm_90 forward kernel needs; its cubin runs on cc 9.0
+# only, so newer GPUs get the generic compute_90 PTX instead (see gencode_flags).
+DEFAULT_ARCHS = "8.0;9.0a"
 
 # Memory allowed per concurrent compile job. Measured peaks on the build host (/usr/bin/time -v, see
 # benchmarks/results/cuda_build.md): nvcc on one instantiation file for sm_80+sm_90 0.22 GB; g++ on
@@ -30,22 +32,28 @@ class CudaArch:
     major: int
     minor: int
     ptx: bool = False  # also embed PTX of this arch (forward compatibility with newer GPUs)
+    specific: bool = False  # "9.0a": arch-specific instructions (wgmma), a cubin for exactly this GPU
 
     @property
     def sm(self) -> str:
+        return f"{self.major}{self.minor}" + ("a" if self.specific else "")
+
+    @property
+    def generic_sm(self) -> str:
         return f"{self.major}{self.minor}"
 
     def __str__(self) -> str:
-        return f"{self.major}.{self.minor}" + ("+PTX" if self.ptx else "")
+        return f"{self.major}.{self.minor}" + ("a" if self.specific else "") + ("+PTX" if self.ptx else "")
 
 
-_ARCH_RE = re.compile(r"^(\d+)\.(\d+)(\+PTX)?$", re.IGNORECASE)
+_ARCH_RE = re.compile(r"^(\d+)\.(\d+)(a)?(\+PTX)?$", re.IGNORECASE)
 
 
 def parse_arch_list(text: str, variable: str) -> list[CudaArch]:
-    """Parse "8.0;9.0" / "8.0 9.0+PTX" (TORCH_CUDA_ARCH_LIST syntax) into sorted, unique archs.
+    """Parse "8.0;9.0a" / "8.0 9.0+PTX" (TORCH_CUDA_ARCH_LIST syntax) into sorted, unique archs.
 
     PTX is always added for the newest arch, so a GPU newer than every cubin can still JIT it.
+    "9.0" and "9.0a" together collapse to "9.0a" (its cubin covers the same GPUs).
     """
     items = [t for t in re.split(r"[;\s,]+", text.strip()) if t]
     if not items:
@@ -55,7 +63,7 @@ def parse_arch_list(text: str, variable: str) -> list[CudaArch]:
         m = _ARCH_RE.match(item)
         if not m:
             raise BuildConfigError(
-                f"{variable}: {item!r} is not a CUDA arch; use MAJOR.MINOR with an optional +PTX, "
+                f"{variable}: {item!r} is not a CUDA arch; use MAJOR.MINOR with an optional 'a' and +PTX, "
                 f"separated by ';' (e.g. {DEFAULT_ARCHS!r})"
             )
         major, minor = int(m.group(1)), int(m.group(2))
@@ -64,11 +72,22 @@ def parse_arch_list(text: str, variable: str) -> list[CudaArch]:
                 f"{variable}: arch {major}.{minor} is older than sm_80, which the CUDA kernels need "
                 f"(cp.async, bf16 tensor cores); remove it (older GPUs use the Triton path)"
             )
+        specific = bool(m.group(3))
+        if specific and (major, minor) != (9, 0):
+            raise BuildConfigError(
+                f"{variable}: {item!r}: the only arch-specific target the kernels have code for is 9.0a "
+                f"(Hopper's wgmma); use {major}.{minor} without the 'a'"
+            )
         prev = archs.get((major, minor))
-        archs[(major, minor)] = CudaArch(major, minor, bool(m.group(3)) or (prev.ptx if prev else False))
+        archs[(major, minor)] = CudaArch(
+            major,
+            minor,
+            bool(m.group(4)) or (prev.ptx if prev else False),
+            specific or (prev.specific if prev else False),
+        )
     ordered = [archs[k] for k in sorted(archs)]
     newest = ordered[-1]
-    ordered[-1] = CudaArch(newest.major, newest.minor, True)
+    ordered[-1] = dataclasses.replace(newest, ptx=True)
     return ordered
 
 
@@ -81,13 +100,24 @@ def select_arch_list(env: dict[str, str]) -> tuple[list[CudaArch], str]:
 
 
 def gencode_flags(archs: list[CudaArch]) -> list[str]:
-    """Real code (cubin) for every arch, PTX where asked (always for the newest)."""
+    """Real code (cubin) for every arch, PTX where asked (always for the newest).
+
+    PTX is always the generic arch's (compute_90 for 9.0a): arch-specific PTX would JIT on no other GPU,
+    which defeats its purpose. The -gencode form, not -arch=sm_90a: the shorthand also runs a plain sm_90
+    pass, which rejects wgmma.
+    """
     flags = []
     for a in archs:
         flags.append(f"-gencode=arch=compute_{a.sm},code=sm_{a.sm}")
         if a.ptx:
-            flags.append(f"-gencode=arch=compute_{a.sm},code=compute_{a.sm}")
+            flags.append(f"-gencode=arch=compute_{a.generic_sm},code=compute_{a.generic_sm}")
     return flags
+
+
+def define_flags(archs: list[CudaArch]) -> list[str]:
+    """-D flags for the host and device compilers: FLASH_KERNELS_SM90A when 9.0a code is compiled, so the
+    host dispatch (ops.cpp) offers the wgmma forward kernel only when the module carries it."""
+    return ["-DFLASH_KERNELS_SM90A=1"] if any(a.specific for a in archs) else []
 
 
 @dataclasses.dataclass(frozen=True)

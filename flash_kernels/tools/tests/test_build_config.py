@@ -39,7 +39,7 @@ def test_arch_source_precedence():
     archs, source = bc.select_arch_list({"TORCH_CUDA_ARCH_LIST": "8.0"})
     assert source == "TORCH_CUDA_ARCH_LIST"
     archs, source = bc.select_arch_list({})
-    assert [a.sm for a in archs] == ["80", "90"] and source.startswith("default")
+    assert [a.sm for a in archs] == ["80", "90a"] and source.startswith("default")
 
 
 def test_gencode_flags():
@@ -48,6 +48,24 @@ def test_gencode_flags():
         "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90",
     ]
+    assert bc.define_flags(bc.parse_arch_list("8.0;9.0", "X")) == []
+
+
+def test_gencode_flags_arch_specific_hopper():
+    archs = bc.parse_arch_list("8.0;9.0a", "X")
+    # sm_90a cubin for the wgmma kernel; the PTX stays generic so newer GPUs can JIT it.
+    assert bc.gencode_flags(archs) == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_90,code=compute_90",
+    ]
+    assert bc.define_flags(archs) == ["-DFLASH_KERNELS_SM90A=1"]
+    assert [str(a) for a in bc.parse_arch_list("9.0;9.0a", "X")] == ["9.0a+PTX"]
+
+
+def test_arch_specific_only_for_hopper():
+    with pytest.raises(bc.BuildConfigError, match="only arch-specific target.*9.0a"):
+        bc.parse_arch_list("8.0a", "TORCH_CUDA_ARCH_LIST")
 
 
 def test_jobs_limited_by_cores():

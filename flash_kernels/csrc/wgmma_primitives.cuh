@@ -1,0 +1,165 @@
+// Hopper (sm_90a) building blocks of the forward kernel in fwd_kernel_sm90.cuh (inline PTX, no CUTLASS):
+//   wgmma.mma_async   warpgroup (4 warps) matrix multiply, B (and optionally A) read by the tensor cores
+//                     straight from shared memory through a 64-bit matrix descriptor
+//   the 128-byte-swizzled shared-memory layout those descriptors describe, and a cp.async tile copy into it
+//   fence.proxy.async so the tensor cores see what cp.async wrote
+//
+// Shared-memory layout (PTX ISA, "Shared Memory Matrix Layout", 128B swizzle): a tile of R rows x C columns
+// of 16-bit elements is stored as C/64 column blocks ("atoms") of R rows x 128 bytes, one after the other;
+// inside an atom, 16-byte chunk c of row r sits at chunk position c ^ (r % 8). The hardware applies the
+// XOR to address bits, so every atom starts on a 1024-byte boundary. One layout serves all three operands:
+//   Q (A of S = Q K^T) and K (B of S) are "K-major": the reduction dim (head dim) is contiguous;
+//   V (B of O = P V) is "N-major": the output dim (head dim) is contiguous, hence transpose-B = 1.
+// Accumulator layout of m64nNk16 (fp32): warp w of the warpgroup holds rows 16w..16w+15; element
+// d[4j + e] is row 16w + g + 8 * (e / 2), column 8j + 2t + (e % 2), with g = lane / 4, t = lane % 4: the
+// mma.sync m16n8 C layout repeated over N/8 tiles, so the online softmax of the sm_80 kernel carries over.
+// The register A operand of m64nNk16 is the mma.sync m16n8k16 A fragment (acc_to_a_frag).
+//
+// The operand lists of the wgmma wrappers are spelled out: inline asm needs one operand per register.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "mma_primitives.cuh"
+
+namespace flash_kernels {
+
+constexpr int kAtomCols = 64;     // 16-bit elements in one 128-byte swizzle atom row
+constexpr int kAtomBytes = 1024;  // 8 rows x 128 bytes: the swizzle period and the descriptors' row-group step
+
+// Element offset of (row, col) in a kRows-row tile stored in the swizzled atom layout above.
+template <int kRows>
+__device__ __forceinline__ int atom_offset(int row, int col) {
+  return (col / kAtomCols) * kRows * kAtomCols + row * kAtomCols + ((((col % kAtomCols) >> 3) ^ (row & 7)) << 3) +
+         (col & 7);
+}
+
+// Matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and stride byte offsets
+// (all >> 4), swizzle mode in bits 62-63 (1 = 128B). The stride offset is the step between 8-row groups
+// (1024 bytes here, rows being 128 bytes). The leading offset is ignored for K-major swizzled operands;
+// for the N-major V it is the step between 8-row groups along the reduction dim too, since the PV wgmma
+// is issued per 64-column atom (N = 64): both readings of the field for N-major operands then agree.
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr) {
+  constexpr uint64_t kGroup = kAtomBytes >> 4;
+  return static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4) | (kGroup << 16) | (kGroup << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPendingAllowed>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPendingAllowed) : "memory");
+}
+// Pins accumulator registers at this point of the program: the compiler may not move their reads or
+// writes across it, so no code touches an accumulator while a wgmma that writes it is in flight.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// cp.async writes through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Copy a (kRows x kCols) global tile into the swizzled atom layout; rows at or past valid_rows and columns
+// at or past valid_cols are zero-filled (as load_tile_async). Consecutive threads take consecutive 16-byte
+// chunks of a row (coalesced reads); a thread keeps one chunk column, and its row step is a multiple of 8,
+// so its swizzled position is the same for every row it copies.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_atoms_async(T* smem, const T* gmem, int64_t row_stride, int valid_rows,
+                                                      int valid_cols, int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  static_assert(kCols % kAtomCols == 0, "whole 128-byte atoms");
+  static_assert(kThreads % kChunksPerRow == 0, "each thread must keep one chunk column");
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  static_assert(kRowStep % 8 == 0 && kRows % kRowStep == 0, "row step must keep the swizzle phase");
+  const int row = tid / kChunksPerRow;
+  const int col = (tid % kChunksPerRow) * 8;
+  T* dst = smem + atom_offset<kRows>(row, col);
+  const T* src = gmem + row * row_stride + col;
+  const bool col_valid = col < valid_cols;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const bool valid = col_valid && row + i * kRowStep < valid_rows;
+    cp_async_16(dst + i * kRowStep * kAtomCols, valid ? src + i * kRowStep * row_stride : gmem, valid);
+  }
+}
+
+template <typename T>
+struct Wgmma;
+
+// ss_m64n128k16: d (64 x 128, fp32) (+)= A (64 x 16, K-major, shared) * B (16 x 128, K-major, shared);
+//   accumulate = 0 overwrites d.
+// rs_m64n64k16_nmajor_b: d (64 x 64) += A (64 x 16, registers) * B (16 x 64, N-major, shared).
+template <>
+struct Wgmma<__half> {
+  static __device__ __forceinline__ void ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                       int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+  static __device__ __forceinline__ void rs_m64n64k16_nmajor_b(float (&d)[32], const uint32_t (&a)[4],
+                                                               uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16> {
+  static __device__ __forceinline__ void ss_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                       int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+  static __device__ __forceinline__ void rs_m64n64k16_nmajor_b(float (&d)[32], const uint32_t (&a)[4],
+                                                               uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+  }
+};
+
+}  // namespace flash_kernels
