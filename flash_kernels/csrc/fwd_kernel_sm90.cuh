@@ -1,14 +1,21 @@
 // Forward attention for Hopper (sm_90a), device code only (launch: fwd_launch_sm90.cuh).
 //
-// Same algorithm and conventions as attn_fwd_kernel (fwd_kernel.cuh), on warpgroup MMA (wgmma) instead of
-// mma.sync: a block is two warpgroups, each owning 64 query rows; per key block of kBlockN
-//   S = Q K^T   wgmma m64n128k16, both operands read from shared memory by the tensor cores (no ldmatrix)
-//   mask, online softmax in registers (exp2), exactly as the sm_80 kernel
-//   O += P V    wgmma m64n64k16 per 64-column atom of the head dim, P from registers, V from shared memory
-// K and V are double-buffered: the copy of the next key block is issued at the top of an iteration and
-// has the whole iteration to land. While one warpgroup is in its softmax, the other's wgmma keeps the
-// tensor cores busy (the scheduler interleaves the two; nothing forces the order).
+// Same algorithm and conventions as attn_fwd_kernel (fwd_kernel.cuh), on Hopper's own units:
+//   - a copy warpgroup: one thread issues bulk tensor copies (TMA) of Q once and of K, V per key block
+//     into a two-stage ring, counted on mbarriers ("full"); it waits for the math warpgroups to release a
+//     stage ("empty") before refilling it. It holds 24 registers (setmaxnreg) and does nothing else.
+//   - two math warpgroups of 64 query rows each, 240 registers: per key block
+//       S = Q K^T   wgmma m64nNk16 (N = the key block), both operands read from shared memory by the tensor cores
+//       mask, online softmax in registers (exp2), exactly as the sm_80 kernel
+//       O += P V    wgmma m64n64k16 per 64-column atom of the head dim, P from registers
+//     S of the next block is issued together with P V of the current one, so the softmax runs while the
+//     tensor cores work; and the two warpgroups take turns issuing (two named barriers), so one's
+//     softmax also overlaps the other's matrix work.
+// No block-wide barrier after the start: the copy engine, not the math threads, moves K and V, and
+// each warpgroup waits only for the stage it reads.
 #pragma once
+#include <cuda.h>
+
 #include <cfloat>
 #include <cmath>
 
@@ -18,89 +25,137 @@
 
 namespace flash_kernels {
 
-// A block of kBlockM = 128 query rows (two warpgroups of 64), kBlockN = 128 keys per step.
+// 128 query rows: two math warpgroups of 64 (wgmma's M). Keys per step: the widest block whose two
+// (K, V) stages fit next to Q in the 227 KB of shared memory a block may have (one block per SM), at most
+// 128 (S takes kBlockN / 2 fp32 registers per thread, O kHeadDim / 2, within the 240 the math threads get):
+//   head dim 64, 128: 128 keys (Q 16 / 32 KB + 2 x (K + V) 64 / 128 KB)
+//   head dim 192: 112 keys (48 + 4 x 42 = 216 KB; registers: O 96 + S 56 + P 28)
+//   head dim 256: 80 keys (64 + 4 x 40 = 224 KB; registers: O 128 + S 40 + P 20)
+template <int kHeadDim>
+constexpr int sm90_block_n() {
+  return kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? 112 : 80;
+}
+
 template <typename Element_, int kHeadDim_>
 struct FwdSm90Traits {
-  // Two (K, V) stages. Measured (H200, bf16, hd 128, 16k tokens): a third stage with S of the next
-  // block computed while P V of this one runs gave the same 418-430 TFLOP/s as two (the block-wide
-  // barrier per step, not the copies, is what the two warpgroups wait on).
-  static constexpr int kStages = 2;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = 128;
-  static constexpr int kWarpgroups = kBlockM / 64;
-  static constexpr int kNThreads = kWarpgroups * 128;
+  static constexpr int kBlockN = sm90_block_n<kHeadDim>();
+  static constexpr int kMathWarpgroups = kBlockM / 64;
+  static constexpr int kNThreads = (kMathWarpgroups + 1) * 128;
+  static constexpr int kStages = 2;
   static constexpr int kAtoms = kHeadDim / kAtomCols;
   static_assert(kHeadDim % kAtomCols == 0, "the head dim must be whole 64-column atoms");
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
-  // Q, then the stages of (K, V), plus slack to align the base to the 1024-byte swizzle period.
-  static constexpr int kSmemBytes = kTileQBytes + 2 * kStages * kTileKVBytes + kAtomBytes;
+  // Q, the stages of (K, V), then the mbarriers (Q full; K and V full and empty per stage); plus slack
+  // to align the base to the 1024-byte swizzle period.
+  static constexpr int kBarrierOffset = kTileQBytes + 2 * kStages * kTileKVBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 4 * kStages) + kAtomBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 block may have");
+  static_assert(kBlockN % 16 == 0, "P feeds wgmma as 16-key slices");
+};
+
+// Tensor maps of q, k, v as (head_dim, rows, heads, batch) with a 64 x kBlock box and 128B swizzle.
+struct Sm90TensorMaps {
+  CUtensorMap q, k, v;
 };
 
 template <typename Traits, bool kBanded, bool kVarlen>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) attn_fwd_sm90_kernel(const AttnParams params) {
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    attn_fwd_sm90_kernel(const AttnParams params, const __grid_constant__ Sm90TensorMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   AttnParams p = params;
   using T = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
   constexpr int BM = Traits::kBlockM;
   constexpr int BN = Traits::kBlockN;
-  constexpr int NT = Traits::kNThreads;
   constexpr int ATOMS = Traits::kAtoms;
   constexpr int NTILES = BN / 8;
+  constexpr int STAGES = Traits::kStages;
+  constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t base_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
-  unsigned char* base = smem_raw + (base_addr - raw_addr);
-  T* sQ = reinterpret_cast<T*>(base);
-  // Stage s: K at kv_addr(s), V right after it.
-  auto stage_ptr = [&](int s, int which) {
-    return reinterpret_cast<T*>(base + Traits::kTileQBytes + (2 * s + which) * Traits::kTileKVBytes);
-  };
-  const uint32_t q_addr = base_addr;
-  const uint32_t kv_addr = base_addr + Traits::kTileQBytes;
+  const uint32_t q_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+  const uint32_t kv_addr = q_addr + Traits::kTileQBytes;  // stage s: K at + 2s tiles, V at + 2s+1
+  const uint32_t bar_full_q = q_addr + Traits::kBarrierOffset;
+  // which: 0 = K, 1 = V. K and V have barriers of their own, so K of a block can be refilled as soon as
+  // S = Q K^T is done with it, while P V still reads the V beside it.
+  auto bar_full = [&](int which, int s) { return bar_full_q + 8 * (1 + which * STAGES + s); };
+  auto bar_empty = [&](int which, int s) { return bar_full_q + 8 * (1 + (2 + which) * STAGES + s); };
 
   const int m_block = blockIdx.x;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
   const int hk = h / p.head_group;
   const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  const int warp = (tid % 128) / 32;
-  const int lane = tid % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
   const int m0 = m_block * BM;
-  const int row0 = wg * 64 + warp * 16;  // this warp's first row within the block
 
   int q_off = 0, k_off = 0;
   if constexpr (kVarlen) {
     select_sequence(p, b, q_off, k_off);
-    if (m0 >= p.seqlen_q) return;
+    if (m0 >= p.seqlen_q) return;  // the whole block leaves before any barrier exists
   }
-
-  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
-                (q_off + m0) * p.q_row_stride;
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + k_off * p.k_row_stride;
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + k_off * p.v_row_stride;
-  T* gO = static_cast<T*>(p.out) + b * p.o_batch_stride + h * p.o_head_stride + (q_off + m0) * p.o_row_stride;
-  float* gLse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0;
+  // Tensor-map coordinates: varlen maps are over the packed rows with a batch of 1.
+  const int q_row = q_off + m0;
+  const int map_b = kVarlen ? 0 : b;
 
   int key_begin, key_end;
   key_range<kBanded>(p, m0, BM, key_begin, key_end);
   const int n_block_min = key_begin / BN;
   const int n_block_max = key_begin < key_end ? (key_end + BN - 1) / BN : n_block_min;
+  const int n_steps = n_block_max - n_block_min;
 
-  auto load_kv = [&](int n_block, int stage) {
-    const int n0 = n_block * BN;
-    load_tile_atoms_async<BN, D, NT>(stage_ptr(stage, 0), gK + n0 * p.k_row_stride, p.k_row_stride, p.seqlen_k - n0,
-                                     p.head_dim, tid);
-    load_tile_atoms_async<BN, D, NT>(stage_ptr(stage, 1), gV + n0 * p.v_row_stride, p.v_row_stride, p.seqlen_k - n0,
-                                     p.head_dim, tid);
-  };
+  if (tid == 0) {
+    mbar_init(bar_full_q, 1);
+    for (int which = 0; which < 2; ++which)
+      for (int s = 0; s < STAGES; ++s) {
+        mbar_init(bar_full(which, s), 1);
+        mbar_init(bar_empty(which, s), kMathThreads / 32);  // one arrival per math warp
+      }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // Copy warpgroup.
+    setmaxnreg_dec<24>();
+    if (tid == 0 && n_steps > 0) {
+      mbar_arrive_expect_tx(bar_full_q, Traits::kTileQBytes);
+      for (int a = 0; a < ATOMS; ++a) {
+        tma_load_4d(q_addr + a * BM * 128, &maps.q, a * kAtomCols, q_row, h, map_b, bar_full_q);
+      }
+      for (int i = 0; i < n_steps; ++i) {
+        const int s = i % STAGES;
+        const int n0 = (n_block_max - 1 - i) * BN;
+        for (int which = 0; which < 2; ++which) {
+          // Use i / STAGES of stage s: wait until the math warps released use i / STAGES - 1.
+          if (i >= STAGES) mbar_wait(bar_empty(which, s), ((i / STAGES) & 1) ^ 1);
+          mbar_arrive_expect_tx(bar_full(which, s), Traits::kTileKVBytes);
+          const uint32_t dst = kv_addr + (2 * s + which) * Traits::kTileKVBytes;
+          for (int a = 0; a < ATOMS; ++a) {
+            tma_load_4d(dst + a * BN * 128, which ? &maps.v : &maps.k, a * kAtomCols, k_off + n0, hk, map_b,
+                        bar_full(which, s));
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // Math warpgroups.
+  setmaxnreg_inc<240>();
+  const int wg = tid / 128 - 1;
+  const int warp = (tid % 128) / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int row0 = wg * 64 + warp * 16;  // this warp's first row within the block
+  // Turn-taking: warpgroup w waits on barrier 1 + w before issuing matrix work and then passes the turn
+  // to the other; warpgroup 0 goes first.
+  const int my_turn = 1 + wg, other_turn = 2 - wg;
 
   float o_acc[ATOMS][32];
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -110,27 +165,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attn_fwd_sm90_kernel(con
 #pragma unroll
     for (int i = 0; i < 32; ++i) o_acc[a][i] = 0.f;
 
-  if (n_block_min < n_block_max) {
-    load_tile_atoms_async<BM, D, NT>(sQ, gQ, p.q_row_stride, p.seqlen_q - m0, p.head_dim, tid);
-    load_kv(n_block_max - 1, 0);
-    cp_async_commit();
-  }
-
   // Steps of one key block.
-  auto issue_qk = [&](float (&s)[NTILES * 4], int stage) {
-    const uint32_t k_addr = kv_addr + 2 * stage * Traits::kTileKVBytes;
-    fence_operands(s);
+  auto issue_qk = [&](float (&sc)[NTILES * 4], int s) {
+    const uint32_t k_addr = kv_addr + 2 * s * Traits::kTileKVBytes;
+    fence_operands(sc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t a_off = (kk / 4) * BM * 128 + wg * 64 * 128 + (kk % 4) * 32;
       const uint32_t b_off = (kk / 4) * BN * 128 + (kk % 4) * 32;
-      Wgmma<T>::ss_m64n128k16(s, smem_desc_sw128(q_addr + a_off), smem_desc_sw128(k_addr + b_off), kk > 0);
+      Wgmma<T>::template ss_m64nNk16<BN>(sc, smem_desc_sw128(q_addr + a_off), smem_desc_sw128(k_addr + b_off),
+                                         kk > 0);
     }
     wgmma_commit();
   };
-  auto issue_pv = [&](const uint32_t (&pf)[BN / 16][4], int stage) {
-    const uint32_t v_addr = kv_addr + (2 * stage + 1) * Traits::kTileKVBytes;
+  auto issue_pv = [&](const uint32_t (&pf)[BN / 16][4], int s) {
+    const uint32_t v_addr = kv_addr + (2 * s + 1) * Traits::kTileKVBytes;
 #pragma unroll
     for (int a = 0; a < ATOMS; ++a) fence_operands(o_acc[a]);
     wgmma_fence();
@@ -143,7 +193,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attn_fwd_sm90_kernel(con
     }
     wgmma_commit();
   };
-  auto mask = [&](float (&s)[NTILES * 4], int n0) {
+  auto o_landed = [&] {
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a) fence_operands(o_acc[a]);
+  };
+  auto release = [&](int which, int s) {
+    if (lane == 0) mbar_arrive(bar_empty(which, s));  // this warp is done with that K or V
+  };
+  auto mask = [&](float (&sc)[NTILES * 4], int n0) {
     if (block_fully_visible<kBanded>(p, m0, BM, n0, BN)) return;
     const int col0 = n0 + 2 * t;
     const int rel0 = col0 - (m0 + row0 + g) - p.diag_offset;
@@ -156,17 +213,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attn_fwd_sm90_kernel(con
         const int rel = rel0 + dc - (e >> 1) * 8;
         bool visible = dc < cols_left;
         if (kBanded) visible = visible && rel >= -p.window_left && rel <= p.window_right;
-        if (!visible) s[nt * 4 + e] = -INFINITY;
+        if (!visible) sc[nt * 4 + e] = -INFINITY;
       }
   };
-  // Online softmax, as in attn_fwd_kernel (row r = 0: row g, r = 1: row g + 8): S becomes exp2(S - max),
-  // alpha[r] is the factor that moves what was accumulated under the old max to the new one.
-  auto softmax = [&](float (&s)[NTILES * 4], float (&alpha)[2]) {
+  // Online softmax, as in attn_fwd_kernel (r = 0: row g, r = 1: row g + 8): S becomes exp2(S - max);
+  // alpha[r] moves what was accumulated under the old max to the new one.
+  auto softmax = [&](float (&sc)[NTILES * 4], float (&alpha)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = row_max[r];
 #pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+      for (int nt = 0; nt < NTILES; ++nt) mx = fmaxf(mx, fmaxf(sc[nt * 4 + 2 * r], sc[nt * 4 + 2 * r + 1]));
       mx = quad_max(mx);
       const float mx_scaled = mx == -INFINITY ? 0.f : mx * p.scale_log2;
       alpha[r] = fast_exp2(row_max[r] * p.scale_log2 - mx_scaled);
@@ -176,8 +233,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attn_fwd_sm90_kernel(con
       for (int nt = 0; nt < NTILES; ++nt) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float e = fast_exp2(fmaf(s[nt * 4 + 2 * r + c], p.scale_log2, -mx_scaled));
-          s[nt * 4 + 2 * r + c] = e;
+          const float e = fast_exp2(fmaf(sc[nt * 4 + 2 * r + c], p.scale_log2, -mx_scaled));
+          sc[nt * 4 + 2 * r + c] = e;
           sum += e;
         }
       }
@@ -192,41 +249,74 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attn_fwd_sm90_kernel(con
 #pragma unroll
         for (int e = 0; e < 4; ++e) o_acc[a][4 * j + e] *= alpha[e >> 1];
   };
-  auto to_p = [&](const float (&s)[NTILES * 4], uint32_t (&pf)[BN / 16][4]) {
+  auto to_p = [&](const float (&sc)[NTILES * 4], uint32_t (&pf)[BN / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) pf[kk][i] = pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+      for (int i2 = 0; i2 < 4; ++i2) pf[kk][i2] = pack2<T>(sc[8 * kk + 2 * i2], sc[8 * kk + 2 * i2 + 1]);
+  };
+  // One turn: wait for it, issue, pass it on. Warpgroup 1's last turn is the last of all: warpgroup 0
+  // will not wait for another, so it is not passed.
+  auto take_turn = [&] { named_bar_sync(my_turn, kMathThreads); };
+  auto pass_turn = [&](bool last) {
+    if (!(last && wg == 1)) named_bar_arrive(other_turn, kMathThreads);
   };
 
-  {
-    int stage = 0;
-    for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block, stage ^= 1) {
-      cp_async_wait<0>();
-      fence_proxy_async_smem();
-      __syncthreads();  // this stage landed; both warpgroups finished reading the other stage
-      if (n_block > n_block_min) {
-        load_kv(n_block - 1, stage ^ 1);
-        cp_async_commit();
-      }
-      float s[NTILES * 4];
-      issue_qk(s, stage);
+  auto full_parity = [&](int i) { return static_cast<uint32_t>((i / STAGES) & 1); };
+  if (n_steps > 0) {
+    mbar_wait(bar_full_q, 0);
+    if (wg == 1) named_bar_arrive(1, kMathThreads);  // warpgroup 0's first turn
+    // S of block i is computed and its softmax done while P V of block i - 1 runs on the tensor cores
+    // (measured on the H200, bf16, hd 128: 564-595 TFLOP/s against 524-541 with S and P V in sequence).
+    uint32_t pf[BN / 16][4];
+    {
+      float sc[NTILES * 4];
+      mbar_wait(bar_full(0, 0), 0);
+      take_turn();
+      issue_qk(sc, 0);
+      pass_turn(false);
       wgmma_wait<0>();
-      fence_operands(s);
-      mask(s, n_block * BN);
+      fence_operands(sc);
+      release(0, 0);
+      mask(sc, (n_block_max - 1) * BN);
       float alpha[2];
-      softmax(s, alpha);
-      rescale_o(alpha);
-      uint32_t pf[BN / 16][4];
-      to_p(s, pf);
-      issue_pv(pf, stage);
-      wgmma_wait<0>();
-#pragma unroll
-      for (int a = 0; a < ATOMS; ++a) fence_operands(o_acc[a]);
+      softmax(sc, alpha);  // O is still 0: nothing to rescale
+      to_p(sc, pf);
     }
+    for (int i = 1; i < n_steps; ++i) {
+      const int s = i % STAGES, prev = (i - 1) % STAGES;
+      float sc[NTILES * 4];
+      mbar_wait(bar_full(0, s), full_parity(i));
+      mbar_wait(bar_full(1, prev), full_parity(i - 1));
+      take_turn();
+      issue_qk(sc, s);
+      issue_pv(pf, prev);
+      pass_turn(false);
+      wgmma_wait<1>();  // S landed; P V may still run
+      fence_operands(sc);
+      release(0, s);
+      mask(sc, (n_block_max - 1 - i) * BN);
+      float alpha[2];
+      softmax(sc, alpha);
+      wgmma_wait<0>();
+      o_landed();
+      release(1, prev);
+      rescale_o(alpha);
+      to_p(sc, pf);
+    }
+    const int s_last = (n_steps - 1) % STAGES;
+    mbar_wait(bar_full(1, s_last), full_parity(n_steps - 1));
+    take_turn();
+    issue_pv(pf, s_last);
+    pass_turn(true);
+    wgmma_wait<0>();
+    o_landed();
+    release(1, s_last);
   }
 
   // Normalise and store (attn_fwd_kernel's conventions: O = 0 and lse = +inf for rows that saw no key).
+  T* gO = static_cast<T*>(p.out) + b * p.o_batch_stride + h * p.o_head_stride + (q_off + m0) * p.o_row_stride;
+  float* gLse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(row_sum[r]);

@@ -88,7 +88,7 @@ void check_device_arch(const at::Tensor& q) {
 }
 
 // The Hopper forward kernel (wgmma) replaces the general one on cc 9.0 devices when the module was built
-// with 9.0a code and compiles the same padded head dim; FLASH_KERNELS_CUDA_SM90=0 turns it off (A/B
+// with 9.0a code, for every head dim up to its largest; FLASH_KERNELS_CUDA_SM90=0 turns it off (A/B
 // timing, or to rule it out when hunting a bug). The variable is read on every call, so a process can
 // compare both kernels.
 LaunchFn pick_fwd(const at::Tensor& q, const KernelEntry& general) {
@@ -100,9 +100,14 @@ LaunchFn pick_fwd(const at::Tensor& q, const KernelEntry& general) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   if (major != 9 || minor != 0) return general.fwd;  // sm_90a code runs on exactly cc 9.0
+  const KernelEntry* best = nullptr;
   for (const KernelEntry& e : kSm90Kernels) {
-    if (e.dtype == general.dtype && e.banded == general.banded && e.head_dim == general.head_dim) return e.fwd;
+    if (e.dtype == general.dtype && e.banded == general.banded && e.head_dim >= q.size(3) &&
+        (!best || e.head_dim < best->head_dim)) {
+      best = &e;
+    }
   }
+  if (best) return best->fwd;
 #else
   (void)q;
 #endif
@@ -189,6 +194,7 @@ void apply_varlen(AttnParams& p, const Varlen& vl, const at::Tensor& q4) {
   TORCH_CHECK(vl.max_seqlen_q >= 0 && vl.max_seqlen_k >= 0 && vl.max_seqlen_q < (1 << 30) &&
               vl.max_seqlen_k < (1 << 30), "flash_kernels_cuda: max_seqlen_q / max_seqlen_k must be in [0, 2^30)");
   p.total_q = p.seqlen_q;
+  p.total_k = p.seqlen_k;
   p.batch = static_cast<int>(vl.cu_seqlens_q.numel() - 1);
   p.seqlen_q = static_cast<int>(vl.max_seqlen_q);
   p.seqlen_k = static_cast<int>(vl.max_seqlen_k);
