@@ -52,7 +52,11 @@ def parse_args(argv):
     p.add_argument("--head-dims", type=_csv_ints, default=[64, 128])
     p.add_argument("--seqlens", type=_csv_ints, default=[1024, 2048, 4096, 8192, 16384])
     p.add_argument("--modes", default="fwd,fwd_bwd,decode")
-    p.add_argument("--backends", default="triton", help="flash_kernels backends to measure: triton, cuda (comma list)")
+    p.add_argument(
+        "--backends",
+        default="triton",
+        help="flash_kernels backends to measure: triton, cuda, cuda_general (comma list)",
+    )
     p.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
     p.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     p.add_argument("--rep-ms", type=int, default=100)
@@ -80,9 +84,17 @@ def copy_bandwidth(rep_ms):
     return 2 * src.numel() * src.element_size() / (ms * 1e-3)
 
 
+# "cuda_general": the CUDA backend with its Hopper forward kernel turned off (FLASH_KERNELS_CUDA_SM90=0),
+# i.e. the mma.sync kernel every sm_80+ GPU runs; on other GPUs it equals "cuda".
+BACKENDS = {"triton": ("triton", "1"), "cuda": ("cuda", "1"), "cuda_general": ("cuda", "0")}
+
+
 def make_fk(backend, causal):
+    fk_backend, sm90 = BACKENDS[backend]
+
     def run(q, k, v):
-        os.environ["FLASH_KERNELS_BACKEND"] = backend
+        os.environ["FLASH_KERNELS_BACKEND"] = fk_backend
+        os.environ["FLASH_KERNELS_CUDA_SM90"] = sm90
         return fk.flash_attn_func(q, k, v, causal=causal)
 
     return run
@@ -372,8 +384,8 @@ def main(argv=None):
         return 2
     impls = {}
     for backend in [b for b in args.backends.split(",") if b]:
-        if backend not in ("triton", "cuda"):
-            print(f"bench_attention: unknown backend {backend!r} (triton, cuda)", file=sys.stderr)
+        if backend not in BACKENDS:
+            print(f"bench_attention: unknown backend {backend!r} ({', '.join(BACKENDS)})", file=sys.stderr)
             return 2
         impls[f"fk_{backend}"] = functools.partial(make_fk, backend)
     if not args.no_sdpa:
