@@ -38,19 +38,19 @@ inline TensorMapEncodeFn tensor_map_encoder() {
   return fn;
 }
 
-// A (batch, rows, heads, head_dim) tensor with element strides as a 4-D map (head_dim innermost). Size-1
-// dims may carry any stride in torch; the map needs multiples of 16 bytes, and the coordinate there is
-// always 0, so such a dim gets the byte size of everything inside it. Columns past head_dim and rows past
-// `rows` read as zeros.
+// A (batch, rows, heads, head_dim) tensor with element strides as a 4-D map (head_dim innermost); rows >= 1
+// (ops.cpp launches nothing for an empty k). Size-1 dims may carry any stride in torch; the map needs
+// multiples of 16 bytes, and the coordinate there is always 0, so such a dim gets the byte size of
+// everything inside it. Columns past head_dim and rows past `rows` read as zeros.
 template <typename T>
 CUtensorMap make_tensor_map(const void* ptr, int head_dim, int rows, int heads, int batch, int64_t row_stride,
                             int64_t head_stride, int64_t batch_stride, int box_rows) {
-  const uint64_t row_bytes = row_stride * sizeof(T);
+  const uint64_t row_bytes = rows > 1 ? row_stride * sizeof(T) : (head_dim * sizeof(T) + 15) / 16 * 16;
   const uint64_t head_bytes = heads > 1 ? head_stride * sizeof(T) : row_bytes * rows;
-  const uint64_t batch_bytes = batch > 1 ? batch_stride * sizeof(T) : row_bytes * rows * heads;
+  const uint64_t batch_bytes = batch > 1 ? batch_stride * sizeof(T) : head_bytes * heads;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {rows > 1 ? row_bytes : 16, head_bytes, batch_bytes};
+  const cuuint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type =

@@ -234,8 +234,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tenso
     set_dense_lse_layout(p);
   }
   const KernelEntry& kernel = find_kernel(q, banded);
-  if (out.numel() == 0 || p.seqlen_q == 0) {
-    lse.fill_(INFINITY);  // no key seen (only reachable with varlen's max_seqlen_q == 0 and rows present)
+  // No query, or no key at all (every row sees none): O = 0, lse = +inf, no launch (the Hopper kernel's
+  // tensor maps cannot describe an empty tensor).
+  if (out.numel() == 0 || p.seqlen_q == 0 || k.size(1) == 0) {
+    lse.fill_(INFINITY);
     return {out.zero_(), lse};
   }
   p.out = out.data_ptr();
