@@ -151,6 +151,41 @@ def test_build_tier_accepts_ptx_of_a_listed_arch_only(tmp_path):
     assert "unexpected cubins ['sm_90']" in bad.reasons[0] and "unexpected PTX ['compute_90']" in bad.reasons[0]
 
 
+@needs_nvcc
+def test_build_tier_arch_specific_target_with_generic_ptx(tmp_path):
+    # What flash_kernels builds for "9.0a": an sm_90a cubin (wgmma) and generic compute_90 PTX, which
+    # newer GPUs can JIT (arch-specific PTX would run nowhere else).
+    cu = tmp_path / "k.cu"
+    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n")
+    so = tmp_path / "_C.abi3.so"
+    subprocess.run(
+        [
+            NVCC,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90a,code=sm_90a",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+            str(cu),
+            "-o",
+            str(so),
+        ],
+        check=True,
+    )
+    wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
+    ok = tiers.tier_build(spec(targets=("8.0", "9.0a")), result(wheel))
+    assert ok.verdict == "passed", ok.reasons
+    assert "PTX ['compute_90'] for forward compatibility" in ok.reasons[0]
+    # A spec that asks for plain 9.0 gets no sm_90 cubin from this wheel.
+    bad = tiers.tier_build(spec(targets=("8.0", "9.0")), result(wheel))
+    assert bad.verdict == "failed"
+    assert "missing cubins ['sm_90']" in bad.reasons[0] and "unexpected cubins ['sm_90a']" in bad.reasons[0]
+
+
 def test_build_tier_fails_a_triton_only_wheel_for_a_cuda_env(tmp_path):
     wheel = _wheel(tmp_path, {})
     r = tiers.tier_build(spec(), result(wheel))
