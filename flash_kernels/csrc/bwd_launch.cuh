@@ -98,47 +98,57 @@ void allow_smem(Kernel kernel, int bytes) {
   }
 }
 
+// The three launches of the backward, each its own function so that the Hopper backward
+// (bwd_launch_sm90.cuh) can pair its own dK/dV kernel with these delta and dQ launches.
+template <typename T, int kHeadDim>
+void launch_bwd_delta(const AttnParams& p, cudaStream_t stream) {
+  // 8 rows (warps) per block: the kernel is a memory-bound row reduction; small blocks fill the GPU.
+  constexpr int kWarps = 8;
+  // Varlen: the packed rows as one sequence of total_q rows; delta's (heads_q, total_q) layout is then
+  // exactly the dense (1, heads_q, total_q) one the kernel writes.
+  AttnParams pd = p;
+  if (p.cu_seqlens_q != nullptr) {
+    pd.batch = 1;
+    pd.seqlen_q = p.total_q;
+  }
+  const int64_t rows = static_cast<int64_t>(pd.batch) * pd.heads_q * pd.seqlen_q;
+  const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  attn_bwd_delta_kernel<T, kHeadDim><<<blocks, kWarps * 32, 0, stream>>>(pd);
+  FK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, int kHeadDim, bool kBanded>
+void launch_bwd_dkdv(const AttnParams& p, cudaStream_t stream) {
+  using KV = typename BwdConfig<T, kHeadDim>::KV;
+  const dim3 grid((p.seqlen_k + KV::kBlockN - 1) / KV::kBlockN, p.heads_kv, p.batch);
+  auto launch = [&](auto kernel) {
+    allow_smem(kernel, KV::kSmemBytes);
+    kernel<<<grid, KV::kNThreads, KV::kSmemBytes, stream>>>(p);
+    FK_CUDA_CHECK(cudaGetLastError());
+  };
+  if constexpr (BwdConfig<T, kHeadDim>::kSplitDKDV) {
+    launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradDV>);
+    launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradDK>);
+  } else {
+    launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradBoth>);
+  }
+}
+
+template <typename T, int kHeadDim, bool kBanded>
+void launch_bwd_dq(const AttnParams& p, cudaStream_t stream) {
+  using Q = typename BwdConfig<T, kHeadDim>::Q;
+  auto kernel = attn_bwd_dq_kernel<Q, kBanded>;
+  allow_smem(kernel, Q::kSmemBytes);
+  const dim3 grid((p.seqlen_q + Q::kBlockM - 1) / Q::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, Q::kNThreads, Q::kSmemBytes, stream>>>(p);
+  FK_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T, int kHeadDim, bool kBanded>
 void run_bwd(const AttnParams& p, cudaStream_t stream) {
-  using KV = typename BwdConfig<T, kHeadDim>::KV;
-  using Q = typename BwdConfig<T, kHeadDim>::Q;
-
-  {
-    // 8 rows (warps) per block: the kernel is a memory-bound row reduction; small blocks fill the GPU.
-    constexpr int kWarps = 8;
-    // Varlen: the packed rows as one sequence of total_q rows; delta's (heads_q, total_q) layout is then
-    // exactly the dense (1, heads_q, total_q) one the kernel writes.
-    AttnParams pd = p;
-    if (p.cu_seqlens_q != nullptr) {
-      pd.batch = 1;
-      pd.seqlen_q = p.total_q;
-    }
-    const int64_t rows = static_cast<int64_t>(pd.batch) * pd.heads_q * pd.seqlen_q;
-    const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    attn_bwd_delta_kernel<T, kHeadDim><<<blocks, kWarps * 32, 0, stream>>>(pd);
-    FK_CUDA_CHECK(cudaGetLastError());
-  }
-  {
-    const dim3 grid((p.seqlen_k + KV::kBlockN - 1) / KV::kBlockN, p.heads_kv, p.batch);
-    auto launch = [&](auto kernel) {
-      allow_smem(kernel, KV::kSmemBytes);
-      kernel<<<grid, KV::kNThreads, KV::kSmemBytes, stream>>>(p);
-      FK_CUDA_CHECK(cudaGetLastError());
-    };
-    if constexpr (BwdConfig<T, kHeadDim>::kSplitDKDV) {
-      launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradDV>);
-      launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradDK>);
-    } else {
-      launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradBoth>);
-    }
-  }
-  {
-    auto kernel = attn_bwd_dq_kernel<Q, kBanded>;
-    allow_smem(kernel, Q::kSmemBytes);
-    const dim3 grid((p.seqlen_q + Q::kBlockM - 1) / Q::kBlockM, p.heads_q, p.batch);
-    kernel<<<grid, Q::kNThreads, Q::kSmemBytes, stream>>>(p);
-    FK_CUDA_CHECK(cudaGetLastError());
-  }
+  launch_bwd_delta<T, kHeadDim>(p, stream);
+  launch_bwd_dkdv<T, kHeadDim, kBanded>(p, stream);
+  launch_bwd_dq<T, kHeadDim, kBanded>(p, stream);
 }
 
 }  // namespace flash_kernels

@@ -87,19 +87,21 @@ void check_device_arch(const at::Tensor& q) {
               minor);
 }
 
-// The Hopper forward kernel (wgmma) replaces the general one on cc 9.0 devices when the module was built
-// with 9.0a code, for every head dim up to its largest; FLASH_KERNELS_CUDA_SM90=0 turns it off (A/B
-// timing, or to rule it out when hunting a bug). The variable is read on every call, so a process can
-// compare both kernels.
-LaunchFn pick_fwd(const at::Tensor& q, const KernelEntry& general) {
+// The Hopper kernels (wgmma, TMA) replace the general ones on cc 9.0 devices when the module was built with
+// 9.0a code: the forward for every head dim up to 256, the backward's dK/dV for head dims up to 128 (the
+// entry for the smallest compiled Hopper head dim >= the call's; its bwd is nullptr where there is none).
+// FLASH_KERNELS_CUDA_SM90=0 turns them off (A/B timing, or to rule them out when hunting a bug); the
+// variable is read on every call, so a process can compare both.
+LaunchFn pick_launcher(const at::Tensor& q, const KernelEntry& general, bool backward) {
+  const LaunchFn fallback = backward ? general.bwd : general.fwd;
 #ifdef FLASH_KERNELS_SM90A
   const char* off = std::getenv("FLASH_KERNELS_CUDA_SM90");
-  if (off != nullptr && std::string(off) == "0") return general.fwd;
+  if (off != nullptr && std::string(off) == "0") return fallback;
   int major = 0, minor = 0;
   const int device = q.device().index();
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) return general.fwd;  // sm_90a code runs on exactly cc 9.0
+  if (major != 9 || minor != 0) return fallback;  // sm_90a code runs on exactly cc 9.0
   const KernelEntry* best = nullptr;
   for (const KernelEntry& e : kSm90Kernels) {
     if (e.dtype == general.dtype && e.banded == general.banded && e.head_dim >= q.size(3) &&
@@ -107,11 +109,14 @@ LaunchFn pick_fwd(const at::Tensor& q, const KernelEntry& general) {
       best = &e;
     }
   }
-  if (best) return best->fwd;
+  if (best) {
+    const LaunchFn fn = backward ? best->bwd : best->fwd;
+    if (fn != nullptr) return fn;
+  }
 #else
   (void)q;
 #endif
-  return general.fwd;
+  return fallback;
 }
 
 bool sm90_forward_compiled() {
@@ -244,7 +249,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tenso
   p.lse = lse.data_ptr<float>();
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
   if (varlen) clear_batch_strides(p);
-  pick_fwd(q, kernel)(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  pick_launcher(q, kernel, false)(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   return {out, lse};
 }
 
@@ -295,7 +300,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_impl(const at::Tensor& dout, 
   p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1), p.dv_head_stride = dv.stride(2);
   p.delta = delta.data_ptr<float>();
   if (varlen) clear_batch_strides(p);
-  kernel.bwd(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  pick_launcher(q, kernel, true)(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   return {dq, dk, dv};
 }
 

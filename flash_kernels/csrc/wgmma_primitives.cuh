@@ -151,7 +151,7 @@ template <typename T>
 struct Wgmma;
 
 // ss_m64nNk16: d (64 x N, fp32) (+)= A (64 x 16, K-major, shared) * B (16 x N, K-major, shared);
-//   accumulate = 0 overwrites d. N is the key block of a head dim (80, 112, 128: fwd_kernel_sm90.cuh).
+//   accumulate = 0 overwrites d. N: the forward's key block (80, 112, 128) or the backward's query block (64).
 // rs_m64n64k16_nmajor_b: d (64 x 64) += A (64 x 16, registers) * B (16 x 64, N-major, shared).
 // The wrappers for both 16-bit types differ only in the type name in the instruction.
 #define FK_WGMMA_WRAPPERS(CTYPE, PTX) \
@@ -160,7 +160,18 @@ struct Wgmma<CTYPE> { \
   template <int N> \
   static __device__ __forceinline__ void ss_m64nNk16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
                                                      int accumulate) { \
-    if constexpr (N == 80) { \
+    if constexpr (N == 64) { \
+      asm volatile( \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " \
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
+          "%32, %33, p, 1, 1, 0, 0;\n}\n" \
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+          : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+    } else if constexpr (N == 80) { \
       asm volatile( \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n" \
           "wgmma.mma_async.sync.aligned.m64n80k16.f32." PTX "." PTX " " \

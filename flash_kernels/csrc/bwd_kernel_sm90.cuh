@@ -1,0 +1,281 @@
+// Backward dK/dV for Hopper (sm_90a), device code only (launch: bwd_launch_sm90.cuh). The same math as
+// attn_bwd_dkdv_kernel (bwd_kernel.cuh), laid out like the Hopper forward (fwd_kernel_sm90.cuh):
+//   - a copy warpgroup: one thread copies K and V of the block once and, per step, Q and dO of one query
+//     block (TMA) into a two-stage ring; warp 0's lanes put lse (times log2 e) and delta of those rows
+//     beside them. 24 registers.
+//   - two math warpgroups of 64 keys each, 240 registers; per step (64 queries of one q head):
+//       S^T = K Q^T, dP^T = V dO^T     wgmma m64n64k16, operands from shared memory
+//       P^T = exp2(S^T * scale log2 e - lse log2 e), masked;  dS^T = P^T (dP^T - delta)
+//       dV += P^T dO, dK += dS^T Q      wgmma m64n64k16 per 64-column atom, P^T / dS^T from registers
+//     taking turns with the other warpgroup to issue, as in the forward.
+// A step walks every (q head of the kv head's group, query block) pair, so GQA sums its heads in
+// registers and no atomics are needed: the result is deterministic, as the general kernel's.
+#pragma once
+#include <cuda.h>
+
+#include <cmath>
+
+#include "attn_mask.cuh"
+#include "attn_params.h"
+#include "wgmma_primitives.cuh"
+
+namespace flash_kernels {
+
+// 128 keys (two math warpgroups of 64), 64 queries per step. Registers per math thread at head dim 128:
+// dK and dV 64 each, S^T and dP^T 32 each, their 16-bit copies 16 each. Shared memory at head dim 128:
+// K, V 32 KB each + 2 stages x (Q, dO) 16 KB each + lse/delta = 129 KB.
+template <typename Element_, int kHeadDim_>
+struct BwdSm90Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = 128;  // keys
+  static constexpr int kBlockM = 64;   // queries per step
+  static constexpr int kMathWarpgroups = kBlockN / 64;
+  static constexpr int kNThreads = (kMathWarpgroups + 1) * 128;
+  static constexpr int kStages = 2;
+  static constexpr int kAtoms = kHeadDim / kAtomCols;
+  static_assert(kHeadDim % kAtomCols == 0 && kHeadDim <= 128, "dK and dV accumulators must fit in registers");
+  static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
+  // K, V, then per stage Q, dO; then per stage lse, delta (floats); then the mbarriers.
+  static constexpr int kRowStatsOffset = 2 * kTileKVBytes + 2 * kStages * kTileQBytes;
+  static constexpr int kBarrierOffset = kRowStatsOffset + kStages * 2 * kBlockM * 4;
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
+};
+
+// Tensor maps of q, k, v, dout (fwd_launch_sm90.cuh's make_tensor_map).
+struct Sm90BwdTensorMaps {
+  CUtensorMap q, k, v, dout;
+};
+
+template <typename Traits, bool kBanded>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    attn_bwd_dkdv_sm90_kernel(const AttnParams params, const __grid_constant__ Sm90BwdTensorMaps maps) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  AttnParams p = params;
+  using T = typename Traits::Element;
+  constexpr int D = Traits::kHeadDim;
+  constexpr int BM = Traits::kBlockM;
+  constexpr int BN = Traits::kBlockN;
+  constexpr int ATOMS = Traits::kAtoms;
+  constexpr int QTILES = BM / 8;
+  constexpr int STAGES = Traits::kStages;
+  constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t k_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+  const uint32_t v_addr = k_addr + Traits::kTileKVBytes;
+  // Stage s: Q at q_addr(s), dO right after it.
+  auto q_addr = [&](int s) { return v_addr + Traits::kTileKVBytes + 2 * s * Traits::kTileQBytes; };
+  float* stats = reinterpret_cast<float*>(smem_raw + (k_addr - raw_addr) + Traits::kRowStatsOffset);
+  auto lse_s = [&](int s) { return stats + s * 2 * BM; };
+  auto delta_s = [&](int s) { return stats + s * 2 * BM + BM; };
+  const uint32_t bar_kv = k_addr + Traits::kBarrierOffset;
+  auto bar_full = [&](int s) { return bar_kv + 8 * (1 + s); };
+  auto bar_empty = [&](int s) { return bar_kv + 8 * (1 + STAGES + s); };
+
+  const int n_block = blockIdx.x;
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int n0 = n_block * BN;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+
+  int q_off, k_off;
+  select_sequence(p, b, q_off, k_off);
+  if (n0 >= p.seqlen_k) return;  // varlen: the grid covers the longest sequence
+  const int map_b = varlen ? 0 : b;
+
+  int q_begin, q_end;
+  query_range<kBanded>(p, n0, BN, q_begin, q_end);
+  const int m_block_min = q_begin / BM;
+  const int m_blocks = q_begin < q_end ? (q_end + BM - 1) / BM - m_block_min : 0;
+  const int steps = m_blocks * p.head_group;  // (q head of the group, query block) pairs
+
+  if (tid == 0) {
+    mbar_init(bar_kv, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bar_full(s), 32);                  // the 32 lanes of the copy warp
+      mbar_init(bar_empty(s), kMathThreads / 32);  // one arrival per math warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    setmaxnreg_dec<24>();
+    if (tid >= 32 || steps == 0) return;
+    const int lane = tid;
+    if (lane == 0) {
+      mbar_arrive_expect_tx(bar_kv, 2 * Traits::kTileKVBytes);
+      for (int a = 0; a < ATOMS; ++a) {
+        tma_load_4d(k_addr + a * BN * 128, &maps.k, a * kAtomCols, k_off + n0, hk, map_b, bar_kv);
+        tma_load_4d(v_addr + a * BN * 128, &maps.v, a * kAtomCols, k_off + n0, hk, map_b, bar_kv);
+      }
+    }
+    for (int i = 0; i < steps; ++i) {
+      const int s = i % STAGES;
+      const int h = hk * p.head_group + i / m_blocks;
+      const int m0 = (m_block_min + i % m_blocks) * BM;
+      if (i >= STAGES) mbar_wait(bar_empty(s), ((i / STAGES) & 1) ^ 1);
+      // lse = +inf makes P = 0 for rows past the sequence's end (and for rows that saw no key).
+      for (int r = lane; r < BM; r += 32) {
+        const bool valid = m0 + r < p.seqlen_q;
+        const int64_t row = b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0 + r;
+        lse_s(s)[r] = valid ? p.lse[row] * 1.4426950408889634f : INFINITY;
+        delta_s(s)[r] = valid ? p.delta[row] : 0.f;
+      }
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar_full(s), 2 * Traits::kTileQBytes);
+        for (int a = 0; a < ATOMS; ++a) {
+          tma_load_4d(q_addr(s) + a * BM * 128, &maps.q, a * kAtomCols, q_off + m0, h, map_b, bar_full(s));
+          tma_load_4d(q_addr(s) + Traits::kTileQBytes + a * BM * 128, &maps.dout, a * kAtomCols, q_off + m0, h,
+                      map_b, bar_full(s));
+        }
+      } else {
+        mbar_arrive(bar_full(s));
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<240>();
+  const int wg = tid / 128 - 1;
+  const int warp = (tid % 128) / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int key_row0 = wg * 64 + warp * 16;  // this warp's first key within the block
+  const int my_turn = 1 + wg, other_turn = 2 - wg;
+  auto take_turn = [&] { named_bar_sync(my_turn, kMathThreads); };
+  auto pass_turn = [&](bool last) {
+    if (!(last && wg == 1)) named_bar_arrive(other_turn, kMathThreads);
+  };
+
+  float dk[ATOMS][32];
+  float dv[ATOMS][32];
+#pragma unroll
+  for (int a = 0; a < ATOMS; ++a)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dk[a][i] = dv[a][i] = 0.f;
+
+  if (steps > 0) {
+    mbar_wait(bar_kv, 0);
+    if (wg == 1) named_bar_arrive(1, kMathThreads);  // warpgroup 0's first turn
+  }
+  for (int i = 0; i < steps; ++i) {
+    const int s = i % STAGES;
+    const int m0 = (m_block_min + i % m_blocks) * BM;
+    const bool last = i == steps - 1;
+    mbar_wait(bar_full(s), (i / STAGES) & 1);
+    const uint32_t qa = q_addr(s), doa = q_addr(s) + Traits::kTileQBytes;
+
+    // S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x BM queries), two commit groups.
+    float st[QTILES * 4], dpt[QTILES * 4];
+    take_turn();
+    fence_operands(st);
+    fence_operands(dpt);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a_off = (kk / 4) * BN * 128 + wg * 64 * 128 + (kk % 4) * 32;
+      const uint32_t b_off = (kk / 4) * BM * 128 + (kk % 4) * 32;
+      Wgmma<T>::template ss_m64nNk16<BM>(st, smem_desc_sw128(k_addr + a_off), smem_desc_sw128(qa + b_off), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a_off = (kk / 4) * BN * 128 + wg * 64 * 128 + (kk % 4) * 32;
+      const uint32_t b_off = (kk / 4) * BM * 128 + (kk % 4) * 32;
+      Wgmma<T>::template ss_m64nNk16<BM>(dpt, smem_desc_sw128(v_addr + a_off), smem_desc_sw128(doa + b_off), kk > 0);
+    }
+    wgmma_commit();
+    pass_turn(false);
+
+    // P^T while dP^T runs. Element e of tile qt: key row g + (e/2)*8, query column qt*8 + 2t + e%2.
+    wgmma_wait<1>();
+    fence_operands(st);
+    const float* lse = lse_s(s);
+    const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
+#pragma unroll
+    for (int qt = 0; qt < QTILES; ++qt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qcol = qt * 8 + 2 * t + (e & 1);
+        const int key = n0 + key_row0 + g + (e >> 1) * 8;
+        float pv = fast_exp2(fmaf(st[qt * 4 + e], p.scale_log2, -lse[qcol]));
+        if (!full && !key_visible<kBanded>(p, m0 + qcol, key)) pv = 0.f;
+        st[qt * 4 + e] = pv;
+      }
+    wgmma_wait<0>();
+    fence_operands(dpt);
+    const float* delta = delta_s(s);
+#pragma unroll
+    for (int qt = 0; qt < QTILES; ++qt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qcol = qt * 8 + 2 * t + (e & 1);
+        dpt[qt * 4 + e] = st[qt * 4 + e] * (dpt[qt * 4 + e] - delta[qcol]);
+      }
+
+    // dV += P^T dO, dK += dS^T Q (k dimension = the BM queries).
+    uint32_t pf[BM / 16][4], dsf[BM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+      for (int i2 = 0; i2 < 4; ++i2) {
+        pf[kk][i2] = pack2<T>(st[8 * kk + 2 * i2], st[8 * kk + 2 * i2 + 1]);
+        dsf[kk][i2] = pack2<T>(dpt[8 * kk + 2 * i2], dpt[8 * kk + 2 * i2 + 1]);
+      }
+    take_turn();
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a) {
+      fence_operands(dv[a]);
+      fence_operands(dk[a]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+      for (int a = 0; a < ATOMS; ++a) {
+        Wgmma<T>::rs_m64n64k16_nmajor_b(dv[a], pf[kk], smem_desc_sw128(doa + a * BM * 128 + kk * 16 * 128));
+        Wgmma<T>::rs_m64n64k16_nmajor_b(dk[a], dsf[kk], smem_desc_sw128(qa + a * BM * 128 + kk * 16 * 128));
+      }
+    wgmma_commit();
+    pass_turn(last);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a) {
+      fence_operands(dv[a]);
+      fence_operands(dk[a]);
+    }
+    if (lane == 0) mbar_arrive(bar_empty(s));  // this warp is done with stage s
+  }
+
+  // Store (zeros for keys no query sees, so dK/dV are always fully written).
+  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + k_off * p.dk_row_stride;
+  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + k_off * p.dv_row_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = n0 + key_row0 + g + r * 8;
+    if (key < p.seqlen_k) {
+#pragma unroll
+      for (int a = 0; a < ATOMS; ++a)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = a * kAtomCols + j * 8 + 2 * t;
+          if (a * kAtomCols + j * 8 >= p.head_dim) break;  // columns past the call's head dim are padding
+          *reinterpret_cast<uint32_t*>(gdK + key * p.dk_row_stride + col) =
+              pack2<T>(dk[a][4 * j + 2 * r] * p.softmax_scale, dk[a][4 * j + 2 * r + 1] * p.softmax_scale);
+          *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) =
+              pack2<T>(dv[a][4 * j + 2 * r], dv[a][4 * j + 2 * r + 1]);
+        }
+    }
+  }
+#else
+  __trap();  // see attn_fwd_sm90_kernel
+#endif
+}
+
+}  // namespace flash_kernels
