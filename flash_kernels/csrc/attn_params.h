@@ -35,7 +35,7 @@ struct AttnParams {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   int total_q;  // varlen: rows of q (the delta kernel walks them as one sequence)
-  int total_k;  // varlen: rows of k and v (the Hopper forward's tensor maps span them)
+  int total_k;  // varlen: rows of k and v (the Hopper kernels' tensor maps span them)
   // lse / delta element (b, h, query i of the sequence) is at
   // b * lse_batch_stride + h * lse_head_stride + (row of the sequence's first query, 0 if dense) + i:
   // (batch, heads_q, seqlen_q) dense, (heads_q, total_q) varlen (flash_attn's layouts).

@@ -1,5 +1,6 @@
-// Backward dK/dV for Hopper (sm_90a), device code only (launch: bwd_launch_sm90.cuh). The same math as
-// attn_bwd_dkdv_kernel (bwd_kernel.cuh), laid out like the Hopper forward (fwd_kernel_sm90.cuh):
+// Backward for Hopper (sm_90a), device code only (launch: bwd_launch_sm90.cuh): the dK/dV kernel below and
+// the dQ kernel after it, the same math as attn_bwd_dkdv_kernel / attn_bwd_dq_kernel (bwd_kernel.cuh), laid
+// out like the Hopper forward (fwd_kernel_sm90.cuh). dK/dV:
 //   - a copy warpgroup: one thread copies K and V of the block once and, per step, Q and dO of one query
 //     block (TMA) into a two-stage ring; warp 0's lanes put lse (times log2 e) and delta of those rows
 //     beside them. 24 registers.
@@ -147,11 +148,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int g = lane / 4;
   const int t = lane % 4;
   const int key_row0 = wg * 64 + warp * 16;  // this warp's first key within the block
-  const int my_turn = 1 + wg, other_turn = 2 - wg;
-  auto take_turn = [&] { named_bar_sync(my_turn, kMathThreads); };
-  auto pass_turn = [&](bool last) {
-    if (!(last && wg == 1)) named_bar_arrive(other_turn, kMathThreads);
-  };
+  static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
+  const WarpgroupTurns turns{wg};
 
   float dk[ATOMS][32];
   float dv[ATOMS][32];
@@ -162,7 +160,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (steps > 0) {
     mbar_wait(bar_kv, 0);
-    if (wg == 1) named_bar_arrive(1, kMathThreads);  // warpgroup 0's first turn
+    turns.start();
   }
   for (int i = 0; i < steps; ++i) {
     const int s = i % STAGES;
@@ -173,25 +171,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
     // S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x BM queries), two commit groups.
     float st[QTILES * 4], dpt[QTILES * 4];
-    take_turn();
+    turns.take();
     fence_operands(st);
     fence_operands(dpt);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a_off = (kk / 4) * BN * 128 + wg * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b_off = (kk / 4) * BM * 128 + (kk % 4) * 32;
-      Wgmma<T>::template ss_m64nNk16<BM>(st, smem_desc_sw128(k_addr + a_off), smem_desc_sw128(qa + b_off), kk > 0);
-    }
+    wgmma_rows_x_rows<T, D, BN, BM>(st, k_addr, wg * 64, qa);
     wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a_off = (kk / 4) * BN * 128 + wg * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b_off = (kk / 4) * BM * 128 + (kk % 4) * 32;
-      Wgmma<T>::template ss_m64nNk16<BM>(dpt, smem_desc_sw128(v_addr + a_off), smem_desc_sw128(doa + b_off), kk > 0);
-    }
+    wgmma_rows_x_rows<T, D, BN, BM>(dpt, v_addr, wg * 64, doa);
     wgmma_commit();
-    pass_turn(false);
+    turns.pass(false);
 
     // P^T while dP^T runs. Element e of tile qt: key row g + (e/2)*8, query column qt*8 + 2t + e%2.
     wgmma_wait<1>();
@@ -221,35 +209,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
     // dV += P^T dO, dK += dS^T Q (k dimension = the BM queries).
     uint32_t pf[BM / 16][4], dsf[BM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-      for (int i2 = 0; i2 < 4; ++i2) {
-        pf[kk][i2] = pack2<T>(st[8 * kk + 2 * i2], st[8 * kk + 2 * i2 + 1]);
-        dsf[kk][i2] = pack2<T>(dpt[8 * kk + 2 * i2], dpt[8 * kk + 2 * i2 + 1]);
-      }
-    take_turn();
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a) {
-      fence_operands(dv[a]);
-      fence_operands(dk[a]);
-    }
+    acc_to_frags<T, BM>(st, pf);
+    acc_to_frags<T, BM>(dpt, dsf);
+    turns.take();
+    fence_operands(dv);
+    fence_operands(dk);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-      for (int a = 0; a < ATOMS; ++a) {
-        Wgmma<T>::rs_m64n64k16_nmajor_b(dv[a], pf[kk], smem_desc_sw128(doa + a * BM * 128 + kk * 16 * 128));
-        Wgmma<T>::rs_m64n64k16_nmajor_b(dk[a], dsf[kk], smem_desc_sw128(qa + a * BM * 128 + kk * 16 * 128));
-      }
+    wgmma_frags_x_rows<T, ATOMS, BM>(dv, pf, doa);
+    wgmma_frags_x_rows<T, ATOMS, BM>(dk, dsf, qa);
     wgmma_commit();
-    pass_turn(last);
+    turns.pass(last);
     wgmma_wait<0>();
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a) {
-      fence_operands(dv[a]);
-      fence_operands(dk[a]);
-    }
+    fence_operands(dv);
+    fence_operands(dk);
     if (lane == 0) mbar_arrive(bar_empty(s));  // this warp is done with stage s
   }
 
@@ -270,6 +242,211 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
               pack2<T>(dk[a][4 * j + 2 * r] * p.softmax_scale, dk[a][4 * j + 2 * r + 1] * p.softmax_scale);
           *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) =
               pack2<T>(dv[a][4 * j + 2 * r], dv[a][4 * j + 2 * r + 1]);
+        }
+    }
+  }
+#else
+  __trap();  // see attn_fwd_sm90_kernel
+#endif
+}
+
+// Backward dQ for Hopper: per block of 128 queries (two math warpgroups of 64) of one q head, walk the
+// visible keys 64 at a time; K and V stream through a two-stage ring (TMA), Q and dO stay. Per step:
+//   S = Q K^T, dP = dO V^T   wgmma m64n64k16 from shared memory
+//   P = exp2(S * scale log2 e - lse log2 e), masked;  dS = P (dP - delta)
+//   dQ += dS K               wgmma m64n64k16 per 64-column atom, dS from registers, K N-major
+template <typename Element_, int kHeadDim_>
+struct BwdQSm90Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // queries
+  static constexpr int kBlockN = 64;   // keys per step
+  static constexpr int kMathWarpgroups = kBlockM / 64;
+  static constexpr int kNThreads = (kMathWarpgroups + 1) * 128;
+  static constexpr int kStages = 2;
+  static constexpr int kAtoms = kHeadDim / kAtomCols;
+  static_assert(kHeadDim % kAtomCols == 0 && kHeadDim <= 128, "dQ, S and dP must fit in registers");
+  static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
+  // Q, dO, then per stage K, V; then the mbarriers (Q/dO full; per stage full and empty).
+  static constexpr int kBarrierOffset = 2 * kTileQBytes + 2 * kStages * kTileKVBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
+};
+
+template <typename Traits, bool kBanded>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    attn_bwd_dq_sm90_kernel(const AttnParams params, const __grid_constant__ Sm90BwdTensorMaps maps) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  AttnParams p = params;
+  using T = typename Traits::Element;
+  constexpr int D = Traits::kHeadDim;
+  constexpr int BM = Traits::kBlockM;
+  constexpr int BN = Traits::kBlockN;
+  constexpr int ATOMS = Traits::kAtoms;
+  constexpr int NTILES = BN / 8;
+  constexpr int STAGES = Traits::kStages;
+  constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t q_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+  const uint32_t do_addr = q_addr + Traits::kTileQBytes;
+  auto k_addr = [&](int s) { return do_addr + Traits::kTileQBytes + 2 * s * Traits::kTileKVBytes; };
+  const uint32_t bar_q = q_addr + Traits::kBarrierOffset;
+  auto bar_full = [&](int s) { return bar_q + 8 * (1 + s); };
+  auto bar_empty = [&](int s) { return bar_q + 8 * (1 + STAGES + s); };
+
+  const int m_block = blockIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hk = h / p.head_group;
+  const int tid = threadIdx.x;
+  const int m0 = m_block * BM;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+
+  int q_off, k_off;
+  select_sequence(p, b, q_off, k_off);
+  if (m0 >= p.seqlen_q) return;  // varlen: the grid covers the longest sequence
+  const int map_b = varlen ? 0 : b;
+
+  int key_begin, key_end;
+  key_range<kBanded>(p, m0, BM, key_begin, key_end);
+  const int n_block_min = key_begin / BN;
+  const int n_block_max = key_begin < key_end ? (key_end + BN - 1) / BN : n_block_min;
+  const int n_steps = n_block_max - n_block_min;
+
+  if (tid == 0) {
+    mbar_init(bar_q, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bar_full(s), 1);
+      mbar_init(bar_empty(s), kMathThreads / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    setmaxnreg_dec<24>();
+    if (tid == 0 && n_steps > 0) {
+      mbar_arrive_expect_tx(bar_q, 2 * Traits::kTileQBytes);
+      for (int a = 0; a < ATOMS; ++a) {
+        tma_load_4d(q_addr + a * BM * 128, &maps.q, a * kAtomCols, q_off + m0, h, map_b, bar_q);
+        tma_load_4d(do_addr + a * BM * 128, &maps.dout, a * kAtomCols, q_off + m0, h, map_b, bar_q);
+      }
+      for (int i = 0; i < n_steps; ++i) {
+        const int s = i % STAGES;
+        const int n0 = (n_block_max - 1 - i) * BN;
+        if (i >= STAGES) mbar_wait(bar_empty(s), ((i / STAGES) & 1) ^ 1);
+        mbar_arrive_expect_tx(bar_full(s), 2 * Traits::kTileKVBytes);
+        for (int a = 0; a < ATOMS; ++a) {
+          tma_load_4d(k_addr(s) + a * BN * 128, &maps.k, a * kAtomCols, k_off + n0, hk, map_b, bar_full(s));
+          tma_load_4d(k_addr(s) + Traits::kTileKVBytes + a * BN * 128, &maps.v, a * kAtomCols, k_off + n0, hk, map_b,
+                      bar_full(s));
+        }
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<240>();
+  const int wg = tid / 128 - 1;
+  const int warp = (tid % 128) / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int row0 = wg * 64 + warp * 16;  // this warp's first query within the block
+  static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
+  const WarpgroupTurns turns{wg};
+
+  // lse (times log2 e) and delta of this thread's two rows; +inf / 0 past the end, so P = 0 there.
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q = m0 + row0 + g + 8 * r;
+    const int64_t row = b * p.lse_batch_stride + h * p.lse_head_stride + q_off + q;
+    lse2[r] = q < p.seqlen_q ? p.lse[row] * 1.4426950408889634f : INFINITY;
+    delta[r] = q < p.seqlen_q ? p.delta[row] : 0.f;
+  }
+
+  float dq[ATOMS][32];
+#pragma unroll
+  for (int a = 0; a < ATOMS; ++a)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dq[a][i] = 0.f;
+
+  if (n_steps > 0) {
+    mbar_wait(bar_q, 0);
+    turns.start();
+  }
+  for (int i = 0; i < n_steps; ++i) {
+    const int s = i % STAGES;
+    const int n0 = (n_block_max - 1 - i) * BN;
+    const bool last = i == n_steps - 1;
+    mbar_wait(bar_full(s), (i / STAGES) & 1);
+    const uint32_t ka = k_addr(s), va = k_addr(s) + Traits::kTileKVBytes;
+
+    float sc[NTILES * 4], dp[NTILES * 4];
+    turns.take();
+    fence_operands(sc);
+    fence_operands(dp);
+    wgmma_fence();
+    wgmma_rows_x_rows<T, D, BM, BN>(sc, q_addr, wg * 64, ka);
+    wgmma_commit();
+    wgmma_rows_x_rows<T, D, BM, BN>(dp, do_addr, wg * 64, va);
+    wgmma_commit();
+    turns.pass(false);
+
+    // P while dP runs. Element e of tile nt: query row g + (e/2)*8, key column nt*8 + 2t + e%2.
+    wgmma_wait<1>();
+    fence_operands(sc);
+    const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
+#pragma unroll
+    for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + nt * 8 + 2 * t + (e & 1);
+        const int query = m0 + row0 + g + (e >> 1) * 8;
+        float pv = fast_exp2(fmaf(sc[nt * 4 + e], p.scale_log2, -lse2[e >> 1]));
+        if (!full && !key_visible<kBanded>(p, query, key)) pv = 0.f;
+        sc[nt * 4 + e] = pv;
+      }
+    wgmma_wait<0>();
+    fence_operands(dp);
+    uint32_t dsf[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int i2 = 0; i2 < 4; ++i2) {
+        const int e0 = 8 * kk + 2 * i2;  // elements e0, e0 + 1 share a row: (e0 % 4) / 2
+        const float d = delta[(e0 % 4) >> 1];
+        dsf[kk][i2] = pack2<T>(sc[e0] * (dp[e0] - d), sc[e0 + 1] * (dp[e0 + 1] - d));
+      }
+
+    // dQ += dS K (k dimension = the BN keys; K read N-major).
+    turns.take();
+    fence_operands(dq);
+    wgmma_fence();
+    wgmma_frags_x_rows<T, ATOMS, BN>(dq, dsf, ka);
+    wgmma_commit();
+    turns.pass(last);
+    wgmma_wait<0>();
+    fence_operands(dq);
+    if (lane == 0) mbar_arrive(bar_empty(s));
+  }
+
+  T* gdQ = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + (q_off + m0) * p.dq_row_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + r * 8;
+    if (m0 + row < p.seqlen_q) {
+#pragma unroll
+      for (int a = 0; a < ATOMS; ++a)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = a * kAtomCols + j * 8 + 2 * t;
+          if (a * kAtomCols + j * 8 >= p.head_dim) break;  // columns past the call's head dim are padding
+          *reinterpret_cast<uint32_t*>(gdQ + row * p.dq_row_stride + col) =
+              pack2<T>(dq[a][4 * j + 2 * r] * p.softmax_scale, dq[a][4 * j + 2 * r + 1] * p.softmax_scale);
         }
     }
   }

@@ -153,9 +153,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int g = lane / 4;
   const int t = lane % 4;
   const int row0 = wg * 64 + warp * 16;  // this warp's first row within the block
-  // Turn-taking: warpgroup w waits on barrier 1 + w before issuing matrix work and then passes the turn
-  // to the other; warpgroup 0 goes first.
-  const int my_turn = 1 + wg, other_turn = 2 - wg;
+  static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
+  const WarpgroupTurns turns{wg};
 
   float o_acc[ATOMS][32];
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -170,32 +169,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     const uint32_t k_addr = kv_addr + 2 * s * Traits::kTileKVBytes;
     fence_operands(sc);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a_off = (kk / 4) * BM * 128 + wg * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b_off = (kk / 4) * BN * 128 + (kk % 4) * 32;
-      Wgmma<T>::template ss_m64nNk16<BN>(sc, smem_desc_sw128(q_addr + a_off), smem_desc_sw128(k_addr + b_off),
-                                         kk > 0);
-    }
+    wgmma_rows_x_rows<T, D, BM, BN>(sc, q_addr, wg * 64, k_addr);
     wgmma_commit();
   };
   auto issue_pv = [&](const uint32_t (&pf)[BN / 16][4], int s) {
     const uint32_t v_addr = kv_addr + (2 * s + 1) * Traits::kTileKVBytes;
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a) fence_operands(o_acc[a]);
+    fence_operands(o_acc);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-#pragma unroll
-      for (int a = 0; a < ATOMS; ++a) {
-        Wgmma<T>::rs_m64n64k16_nmajor_b(o_acc[a], pf[kk], smem_desc_sw128(v_addr + a * BN * 128 + kk * 16 * 128));
-      }
-    }
+    wgmma_frags_x_rows<T, ATOMS, BN>(o_acc, pf, v_addr);
     wgmma_commit();
-  };
-  auto o_landed = [&] {
-#pragma unroll
-    for (int a = 0; a < ATOMS; ++a) fence_operands(o_acc[a]);
   };
   auto release = [&](int which, int s) {
     if (lane == 0) mbar_arrive(bar_empty(which, s));  // this warp is done with that K or V
@@ -249,49 +231,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o_acc[a][4 * j + e] *= alpha[e >> 1];
   };
-  auto to_p = [&](const float (&sc)[NTILES * 4], uint32_t (&pf)[BN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-      for (int i2 = 0; i2 < 4; ++i2) pf[kk][i2] = pack2<T>(sc[8 * kk + 2 * i2], sc[8 * kk + 2 * i2 + 1]);
-  };
-  // One turn: wait for it, issue, pass it on. Warpgroup 1's last turn is the last of all: warpgroup 0
-  // will not wait for another, so it is not passed.
-  auto take_turn = [&] { named_bar_sync(my_turn, kMathThreads); };
-  auto pass_turn = [&](bool last) {
-    if (!(last && wg == 1)) named_bar_arrive(other_turn, kMathThreads);
-  };
 
   auto full_parity = [&](int i) { return static_cast<uint32_t>((i / STAGES) & 1); };
   if (n_steps > 0) {
     mbar_wait(bar_full_q, 0);
-    if (wg == 1) named_bar_arrive(1, kMathThreads);  // warpgroup 0's first turn
+    turns.start();
     // S of block i is computed and its softmax done while P V of block i - 1 runs on the tensor cores
     // (measured on the H200, bf16, hd 128: 564-595 TFLOP/s against 524-541 with S and P V in sequence).
     uint32_t pf[BN / 16][4];
     {
       float sc[NTILES * 4];
       mbar_wait(bar_full(0, 0), 0);
-      take_turn();
+      turns.take();
       issue_qk(sc, 0);
-      pass_turn(false);
+      turns.pass(false);
       wgmma_wait<0>();
       fence_operands(sc);
       release(0, 0);
       mask(sc, (n_block_max - 1) * BN);
       float alpha[2];
       softmax(sc, alpha);  // O is still 0: nothing to rescale
-      to_p(sc, pf);
+      acc_to_frags<T, BN>(sc, pf);
     }
     for (int i = 1; i < n_steps; ++i) {
       const int s = i % STAGES, prev = (i - 1) % STAGES;
       float sc[NTILES * 4];
       mbar_wait(bar_full(0, s), full_parity(i));
       mbar_wait(bar_full(1, prev), full_parity(i - 1));
-      take_turn();
+      turns.take();
       issue_qk(sc, s);
       issue_pv(pf, prev);
-      pass_turn(false);
+      turns.pass(false);
       wgmma_wait<1>();  // S landed; P V may still run
       fence_operands(sc);
       release(0, s);
@@ -299,18 +269,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       float alpha[2];
       softmax(sc, alpha);
       wgmma_wait<0>();
-      o_landed();
+      fence_operands(o_acc);
       release(1, prev);
       rescale_o(alpha);
-      to_p(sc, pf);
+      acc_to_frags<T, BN>(sc, pf);
     }
     const int s_last = (n_steps - 1) % STAGES;
     mbar_wait(bar_full(1, s_last), full_parity(n_steps - 1));
-    take_turn();
+    turns.take();
     issue_pv(pf, s_last);
-    pass_turn(true);
+    turns.pass(true);
     wgmma_wait<0>();
-    o_landed();
+    fence_operands(o_acc);
     release(1, s_last);
   }
 

@@ -88,7 +88,7 @@ void check_device_arch(const at::Tensor& q) {
 }
 
 // The Hopper kernels (wgmma, TMA) replace the general ones on cc 9.0 devices when the module was built with
-// 9.0a code: the forward for every head dim up to 256, the backward's dK/dV for head dims up to 128 (the
+// 9.0a code: the forward for every head dim up to 256, the backward for head dims up to 128 (the
 // entry for the smallest compiled Hopper head dim >= the call's; its bwd is nullptr where there is none).
 // FLASH_KERNELS_CUDA_SM90=0 turns them off (A/B timing, or to rule them out when hunting a bug); the
 // variable is read on every call, so a process can compare both.
@@ -119,7 +119,7 @@ LaunchFn pick_launcher(const at::Tensor& q, const KernelEntry& general, bool bac
   return fallback;
 }
 
-bool sm90_forward_compiled() {
+bool sm90_compiled() {
 #ifdef FLASH_KERNELS_SM90A
   return true;
 #else
@@ -370,8 +370,8 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
       "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)");
   // No tensor arguments: registered as a catch-all kernel, callable without a device.
   m.def("compiled_head_dims() -> int[]", &flash_kernels::compiled_head_dims);
-  // Whether the module carries the Hopper (sm_90a, wgmma) forward kernel.
-  m.def("sm90_forward_compiled() -> bool", &flash_kernels::sm90_forward_compiled);
+  // Whether the module carries the Hopper (sm_90a: wgmma, TMA) kernels.
+  m.def("sm90_compiled() -> bool", &flash_kernels::sm90_compiled);
 }
 
 TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {

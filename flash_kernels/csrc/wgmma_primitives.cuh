@@ -235,4 +235,61 @@ FK_WGMMA_WRAPPERS(__half, "f16")
 FK_WGMMA_WRAPPERS(__nv_bfloat16, "bf16")
 #undef FK_WGMMA_WRAPPERS
 
+// ---- what every Hopper kernel here does with these ----------------------------------------------
+// Two math warpgroups take turns issuing their wgmma (named barriers 1 and 2), so one's softmax or
+// elementwise work overlaps the other's matrix work. Warpgroup 0 goes first (start); the last turn of
+// warpgroup 1 is not passed on, as warpgroup 0 will not wait for another.
+struct WarpgroupTurns {
+  static constexpr int kThreads = 256;  // both warpgroups
+  int wg;                               // 0 or 1
+  __device__ __forceinline__ void start() const {
+    if (wg == 1) named_bar_arrive(1, kThreads);
+  }
+  __device__ __forceinline__ void take() const { named_bar_sync(1 + wg, kThreads); }
+  __device__ __forceinline__ void pass(bool last) const {
+    if (!(last && wg == 1)) named_bar_arrive(2 - wg, kThreads);
+  }
+};
+
+template <int kAtoms>
+__device__ __forceinline__ void fence_operands(float (&r)[kAtoms][32]) {
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a) fence_operands(r[a]);
+}
+
+// d (64 x N) = A B^T over the head dim: A is rows [a_row0, a_row0 + 64) of the kARows-row atom tile at
+// a_addr, B the N-row atom tile at b_addr (both K-major: the head dim is contiguous). One commit group
+// is left to the caller.
+template <typename T, int kHeadDim, int kARows, int N>
+__device__ __forceinline__ void wgmma_rows_x_rows(float (&d)[N / 2], uint32_t a_addr, int a_row0, uint32_t b_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const uint32_t a_off = (kk / 4) * kARows * 128 + a_row0 * 128 + (kk % 4) * 32;
+    const uint32_t b_off = (kk / 4) * N * 128 + (kk % 4) * 32;
+    Wgmma<T>::template ss_m64nNk16<N>(d, smem_desc_sw128(a_addr + a_off), smem_desc_sw128(b_addr + b_off), kk > 0);
+  }
+}
+
+// acc (64 x kHeadDim, one [32] per 64-column atom) += F B: F (64 x K) in registers as K/16 A fragments,
+// B the K-row atom tile at b_addr read N-major (its head dim is the output's columns).
+template <typename T, int kAtoms, int K>
+__device__ __forceinline__ void wgmma_frags_x_rows(float (&acc)[kAtoms][32], const uint32_t (&f)[K / 16][4],
+                                                   uint32_t b_addr) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) {
+      Wgmma<T>::rs_m64n64k16_nmajor_b(acc[a], f[kk], smem_desc_sw128(b_addr + a * K * 128 + kk * 16 * 128));
+    }
+}
+
+// The 16-bit A fragments of a 64 x K fp32 accumulator (acc_to_a_frag per 16-column slice).
+template <typename T, int K>
+__device__ __forceinline__ void acc_to_frags(const float (&acc)[K / 2], uint32_t (&f)[K / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[kk][i] = pack2<T>(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
+}
+
 }  // namespace flash_kernels

@@ -54,11 +54,11 @@ def kernel_head_dim(head_dim: int) -> int | None:
 
 
 @functools.cache
-def forward_kernels(device_index: int = 0) -> tuple[str, ...]:
-    """The forward kernels ``fwd`` can run on this GPU, as values of FLASH_KERNELS_CUDA_SM90 that select
-    them: ("1", "0") where the Hopper kernel is compiled and the GPU is cc 9.0 (the first is the
+def kernel_sets(device_index: int = 0) -> tuple[str, ...]:
+    """The kernel sets ``fwd`` / ``bwd`` can run on this GPU, as values of FLASH_KERNELS_CUDA_SM90 that
+    select them: ("1", "0") where the Hopper kernels are compiled and the GPU is cc 9.0 (the first is the
     default), else ("0",). Checks that mean to cover every compiled kernel run each of them."""
-    hopper = bool(torch.ops.flash_kernels_cuda.sm90_forward_compiled()) and _capability(device_index) == (9, 0)
+    hopper = bool(torch.ops.flash_kernels_cuda.sm90_compiled()) and _capability(device_index) == (9, 0)
     return ("1", "0") if hopper else ("0",)
 
 

@@ -49,11 +49,12 @@ def bench_row(b, s, heads, d, causal, skip_triton, flash_kernels) -> dict:
 
     row["cuda_fwd"] = tflops(flops, bench(cuda_fwd))
     row["cuda_fwd_bwd"] = tflops(3.5 * flops, bench(cuda_fwd_bwd))
-    if ops.sm90_forward_compiled():
-        # The general (mma.sync) forward on the same inputs: what the Hopper kernel replaced.
+    if ops.sm90_compiled():
+        # The general (mma.sync) kernels on the same inputs: what the Hopper kernels replaced.
         os.environ["FLASH_KERNELS_CUDA_SM90"] = "0"
         try:
-            row["cuda_sm80_fwd"] = tflops(flops, bench(cuda_fwd))
+            row["cuda_general_fwd"] = tflops(flops, bench(cuda_fwd))
+            row["cuda_general_fwd_bwd"] = tflops(3.5 * flops, bench(cuda_fwd_bwd))
         finally:
             os.environ.pop("FLASH_KERNELS_CUDA_SM90", None)
 

@@ -6,7 +6,7 @@ where lowp is the same attention computed by PyTorch in the input dtype (fp16/bf
 softmax) and ref32 in float32 from the same inputs. Outputs are poisoned first: the allocator's blocks
 of the output sizes are NaN-filled and freed, so an element the kernel forgets to write shows as NaN.
 The backward is run twice and must be bit-identical (it has no atomics). On a cc 9.0 GPU with the Hopper
-forward compiled, every case runs with it and again with the general forward (FLASH_KERNELS_CUDA_SM90=0).
+kernels compiled, every case runs with them and again with the general ones (FLASH_KERNELS_CUDA_SM90=0).
 
 Head dims: every compiled one, plus multiples of 8 between them (8, 40, 80, 136, 200, 248), which run on
 the next larger compiled kernel with the columns past d predicated off. For those, q, k, v and dout are
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
         return 2
     device = torch.device("cuda")
     rows, failures, t0 = [], 0, time.time()
-    for sm90 in _cuda.forward_kernels():
+    for sm90 in _cuda.kernel_sets():
         os.environ["FLASH_KERNELS_CUDA_SM90"] = sm90
         print(f"FLASH_KERNELS_CUDA_SM90={sm90}", flush=True)
         failures += check_all(args, _cuda, device, rows, sm90)

@@ -7,7 +7,7 @@ Shapes are small (the sanitizer slows kernels 10-100x) and cover: head dims 32/6
 (padded and swizzled shared-memory layouts; one-pass and split dK/dV backward), head dims between the
 compiled ones (40, 200: columns past d predicated off), both dtypes,
 sequence ends inside a tile, causal with rows that see no key, a sliding window, GQA; varlen when built.
-On a cc 9.0 GPU with the Hopper forward compiled, every case runs with it and with the general kernel.
+On a cc 9.0 GPU with the Hopper kernels compiled, every case runs with them and with the general ones.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> int:
     if not _cuda.is_built():
         print(f"CUDA extension not built: {_cuda.import_error()}", file=sys.stderr)
         return 2
-    for sm90 in _cuda.forward_kernels():
+    for sm90 in _cuda.kernel_sets():
         os.environ["FLASH_KERNELS_CUDA_SM90"] = sm90
         print(f"FLASH_KERNELS_CUDA_SM90={sm90}", flush=True)
         if run_cases(torch.ops.flash_kernels_cuda):

@@ -32,8 +32,8 @@ CONFIGS = list(itertools.product(DTYPES, HEAD_DIMS, BANDED))
 # build (a stub that traps unless the build has 9.0a code); ops.cpp offers it only when it is real.
 SM90_HEAD_DIMS = (64, 128, 192, 256)
 SM90_CONFIGS = list(itertools.product(DTYPES, SM90_HEAD_DIMS, BANDED))
-# The Hopper dK/dV kernel (paired with the general delta and dQ launches of the same head dim): head dims
-# whose dK and dV accumulators fit in registers together.
+# The Hopper backward (dK/dV and dQ kernels, after the general delta launch of the same head dim): head
+# dims whose dK and dV accumulators fit in registers together.
 SM90_BWD_HEAD_DIMS = (64, 128)
 SM90_BWD_CONFIGS = [c for c in SM90_CONFIGS if c[1] in SM90_BWD_HEAD_DIMS]
 
@@ -53,17 +53,12 @@ def _instantiation(pass_: str, dtype: str, head_dim: int, banded: bool) -> str:
         + f"template void flash_kernels::run_{pass_}<{ctype}, {head_dim}, {flag}>"
         + "(const flash_kernels::AttnParams&, cudaStream_t);\n"
     )
-    if pass_ == "bwd":
-        # The Hopper backward (bwd_launch_sm90.cuh) calls these; one definition each, here.
+    if pass_ == "bwd" and not banded:
+        # The Hopper backward (bwd_launch_sm90.cuh) calls this; one definition, here.
         text += (
-            f"template void flash_kernels::launch_bwd_dq<{ctype}, {head_dim}, {flag}>"
+            f"template void flash_kernels::launch_bwd_delta<{ctype}, {head_dim}>"
             + "(const flash_kernels::AttnParams&, cudaStream_t);\n"
         )
-        if not banded:
-            text += (
-                f"template void flash_kernels::launch_bwd_delta<{ctype}, {head_dim}>"
-                + "(const flash_kernels::AttnParams&, cudaStream_t);\n"
-            )
     return text
 
 

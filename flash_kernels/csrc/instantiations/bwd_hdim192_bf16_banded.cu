@@ -2,4 +2,3 @@
 #include "bwd_launch.cuh"
 
 template void flash_kernels::run_bwd<__nv_bfloat16, 192, true>(const flash_kernels::AttnParams&, cudaStream_t);
-template void flash_kernels::launch_bwd_dq<__nv_bfloat16, 192, true>(const flash_kernels::AttnParams&, cudaStream_t);

@@ -2,5 +2,4 @@
 #include "bwd_launch.cuh"
 
 template void flash_kernels::run_bwd<__nv_bfloat16, 32, false>(const flash_kernels::AttnParams&, cudaStream_t);
-template void flash_kernels::launch_bwd_dq<__nv_bfloat16, 32, false>(const flash_kernels::AttnParams&, cudaStream_t);
 template void flash_kernels::launch_bwd_delta<__nv_bfloat16, 32>(const flash_kernels::AttnParams&, cudaStream_t);

@@ -40,9 +40,9 @@ def test_schemas():
     assert "Tensor cu_seqlens_k" in str(torch.ops.flash_kernels_cuda.varlen_bwd.default._schema)
 
 
-def test_sm90_forward_flag_is_registered():
+def test_sm90_flag_is_registered():
     # True only in builds with 9.0a code (FLASH_KERNELS_SM90A); either way a plain bool, callable without a GPU.
-    assert torch.ops.flash_kernels_cuda.sm90_forward_compiled() in (True, False)
+    assert torch.ops.flash_kernels_cuda.sm90_compiled() in (True, False)
 
 
 def test_compiled_head_dims_match_generator():
