@@ -511,7 +511,29 @@ def module_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
                         details={"module": m.path, "capability": cap, "ptx": pick[1]},
                     )
                 )
+            if pick is not None and cc == (9, 0) and pick[1] != "sm_90a" and _is_flash_kernels_module(m.path):
+                out.append(
+                    Finding(
+                        "info",
+                        "no-hopper-kernels",
+                        m.path,
+                        f"flash_kernels runs {pick[1]} code on this cc 9.0 GPU: the build has no sm_90a "
+                        "cubin, so its Hopper kernels (wgmma, TMA) are not in it",
+                        cause="built for the plain 9.0 (or an older) target; the general kernels run instead, "
+                        "about 1.7x slower forward and 2x slower forward+backward at head dim 128 on an H200 "
+                        "(benchmarks/results/attention_20261130-160104.md)",
+                        fix="rebuild with TORCH_CUDA_ARCH_LIST='8.0;9.0a' (or FLASH_KERNELS_CUDA_ARCHS), or use an "
+                        "env whose gpu_targets include 9.0a",
+                        details={"module": m.path, "capability": cap, "runs": pick[1]},
+                    )
+                )
     return out
+
+
+def _is_flash_kernels_module(path: str) -> bool:
+    """flash_kernels' compiled extension (flash_kernels/_C*.so), whose Hopper kernels need sm_90a code."""
+    p = Path(path)
+    return p.parent.name == "flash_kernels" and p.name.startswith("_C.")
 
 
 def _may_provide(library: str, u: elf.UnresolvedSymbol) -> bool:

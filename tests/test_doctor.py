@@ -174,6 +174,35 @@ def test_no_cubin_or_ptx_for_the_gpu(tmp_path, sm80_module):
     assert "compute_80" in j.what and "JIT" in j.what
 
 
+def test_flash_kernels_without_hopper_code_on_a_hopper_gpu(tmp_path):
+    # flash_kernels built for plain 9.0 runs, but without its Hopper kernels: an info finding with the fix.
+    plain = inspect(
+        built(
+            build.cuda_module,
+            tmp_path / "plain" / "flash_kernels" / "_C.abi3.so",
+            "arch=compute_80,code=sm_80",
+            "arch=compute_90,code=sm_90",
+        )
+    )
+    [f] = [
+        f for f in doctor.module_findings(plain, doctor.Target(capabilities=("9.0",))) if f.code == "no-hopper-kernels"
+    ]
+    assert f.severity == "info" and "sm_90 code" in f.what and "9.0a" in f.fix
+    # The sm_90a build has them; another module's plain sm_90 cubin is not flagged; nor is an A100.
+    hopper = inspect(
+        built(
+            build.cuda_module,
+            tmp_path / "a" / "flash_kernels" / "_C.abi3.so",
+            "arch=compute_80,code=sm_80",
+            "arch=compute_90a,code=sm_90a",
+        )
+    )
+    assert "no-hopper-kernels" not in codes(doctor.module_findings(hopper, doctor.Target(capabilities=("9.0",))))
+    other = inspect(built(build.cuda_module, tmp_path / "other" / "_ext.so", "arch=compute_90,code=sm_90"))
+    assert "no-hopper-kernels" not in codes(doctor.module_findings(other, doctor.Target(capabilities=("9.0",))))
+    assert "no-hopper-kernels" not in codes(doctor.module_findings(plain, doctor.Target(capabilities=("8.0",))))
+
+
 def test_gpu_of_the_machine_is_checked_without_asking(sm80_module):
     sm80 = inspect(sm80_module)
     h200 = probe.Gpu("NVIDIA H200", "9.0", "580.159", 143771)
