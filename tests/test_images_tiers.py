@@ -26,6 +26,19 @@ NVCC = os.environ.get("NVCC", "/usr/local/cuda-13.0/bin/nvcc")
 needs_nvcc = pytest.mark.skipif(not Path(NVCC).exists(), reason=f"no nvcc at {NVCC} (set NVCC)")
 
 
+def cuda_extension(tmp_path: Path, *gencode: str) -> Path:
+    """A tiny CUDA shared object built by nvcc for the given -gencode values (its fatbin is the point)."""
+    cu = tmp_path / "k.cu"
+    cu.write_text(
+        "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
+        'extern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
+    )
+    so = tmp_path / "_C.abi3.so"
+    flags = [f for g in gencode for f in ("-gencode", g)]
+    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", *flags, str(cu), "-o", str(so)], check=True)
+    return so
+
+
 def spec(backends=("cuda", "triton"), targets=("8.0", "9.0"), suite="bookworm"):
     return types.SimpleNamespace(
         backends=backends,
@@ -89,28 +102,7 @@ def _wheel(tmp: Path, members: dict[str, Path]) -> Path:
 
 @needs_nvcc
 def test_build_tier_reads_the_real_fatbin(tmp_path):
-    cu = tmp_path / "k.cu"
-    cu.write_text(
-        "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
-        'extern "C" void launch(float* x) { k<<<1, 32>>>(x); }\n'
-    )
-    so = tmp_path / "_C.abi3.so"
-    subprocess.run(
-        [
-            NVCC,
-            "-shared",
-            "-Xcompiler",
-            "-fPIC",
-            "-gencode",
-            "arch=compute_80,code=sm_80",
-            "-gencode",
-            "arch=compute_90,code=sm_90",
-            str(cu),
-            "-o",
-            str(so),
-        ],
-        check=True,
-    )
+    so = cuda_extension(tmp_path, "arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90")
     wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
     ok = tiers.tier_build(spec(), result(wheel))
     assert ok.verdict == "passed", ok.reasons
@@ -122,25 +114,7 @@ def test_build_tier_reads_the_real_fatbin(tmp_path):
 
 @needs_nvcc
 def test_build_tier_accepts_ptx_of_a_listed_arch_only(tmp_path):
-    cu = tmp_path / "k.cu"
-    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n")
-    so = tmp_path / "_C.abi3.so"
-    subprocess.run(
-        [
-            NVCC,
-            "-shared",
-            "-Xcompiler",
-            "-fPIC",
-            "-gencode",
-            "arch=compute_80,code=sm_80",
-            "-gencode",
-            "arch=compute_90,code=[sm_90,compute_90]",
-            str(cu),
-            "-o",
-            str(so),
-        ],
-        check=True,
-    )
+    so = cuda_extension(tmp_path, "arch=compute_80,code=sm_80", "arch=compute_90,code=[sm_90,compute_90]")
     wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
     ok = tiers.tier_build(spec(), result(wheel))
     assert ok.verdict == "passed", ok.reasons
@@ -155,26 +129,8 @@ def test_build_tier_accepts_ptx_of_a_listed_arch_only(tmp_path):
 def test_build_tier_arch_specific_target_with_generic_ptx(tmp_path):
     # What flash_kernels builds for "9.0a": an sm_90a cubin (wgmma) and generic compute_90 PTX, which
     # newer GPUs can JIT (arch-specific PTX would run nowhere else).
-    cu = tmp_path / "k.cu"
-    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n")
-    so = tmp_path / "_C.abi3.so"
-    subprocess.run(
-        [
-            NVCC,
-            "-shared",
-            "-Xcompiler",
-            "-fPIC",
-            "-gencode",
-            "arch=compute_80,code=sm_80",
-            "-gencode",
-            "arch=compute_90a,code=sm_90a",
-            "-gencode",
-            "arch=compute_90,code=compute_90",
-            str(cu),
-            "-o",
-            str(so),
-        ],
-        check=True,
+    so = cuda_extension(
+        tmp_path, "arch=compute_80,code=sm_80", "arch=compute_90a,code=sm_90a", "arch=compute_90,code=compute_90"
     )
     wheel = _wheel(tmp_path, {"flash_kernels/_C.abi3.so": so})
     ok = tiers.tier_build(spec(targets=("8.0", "9.0a")), result(wheel))
