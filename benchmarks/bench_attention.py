@@ -84,8 +84,8 @@ def copy_bandwidth(rep_ms):
     return 2 * src.numel() * src.element_size() / (ms * 1e-3)
 
 
-# "cuda_general": the CUDA backend with its Hopper forward kernel turned off (FLASH_KERNELS_CUDA_SM90=0),
-# i.e. the mma.sync kernel every sm_80+ GPU runs; on other GPUs it equals "cuda".
+# "cuda_general": the CUDA backend with its Hopper kernels turned off (FLASH_KERNELS_CUDA_SM90=0), i.e. the
+# mma.sync kernels every sm_80+ GPU runs; on other GPUs it equals "cuda".
 BACKENDS = {"triton": ("triton", "1"), "cuda": ("cuda", "1"), "cuda_general": ("cuda", "0")}
 
 
