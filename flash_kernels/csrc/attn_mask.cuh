@@ -39,26 +39,32 @@ __device__ __forceinline__ bool block_fully_visible(const AttnParams& p, int q0,
   return rel_max <= p.window_right && rel_min >= -p.window_left;
 }
 
-// Keys [begin, end) that queries [q0, q0 + nq) can see at all.
+// Blocks [first, last) of block_n keys that hold every key queries [q0, q0 + nq) can see; first == last
+// when they see none.
+struct BlockRange {
+  int first, last;
+};
 template <bool kBanded>
-__device__ __forceinline__ void key_range(const AttnParams& p, int q0, int nq, int& begin, int& end) {
-  begin = 0;
-  end = p.seqlen_k;
+__device__ __forceinline__ BlockRange key_blocks(const AttnParams& p, int q0, int nq, int block_n) {
+  int begin = 0, end = p.seqlen_k;
   if (kBanded) {
     begin = max(0, q0 + p.diag_offset - p.window_left);
     end = min(p.seqlen_k, q0 + nq - 1 + p.diag_offset + p.window_right + 1);
   }
+  if (begin >= end) return {0, 0};
+  return {begin / block_n, (end + block_n - 1) / block_n};
 }
 
-// Queries [begin, end) that can see at least one of keys [k0, k0 + nk).
+// Blocks [first, last) of block_m queries that hold every query that can see one of keys [k0, k0 + nk).
 template <bool kBanded>
-__device__ __forceinline__ void query_range(const AttnParams& p, int k0, int nk, int& begin, int& end) {
-  begin = 0;
-  end = p.seqlen_q;
+__device__ __forceinline__ BlockRange query_blocks(const AttnParams& p, int k0, int nk, int block_m) {
+  int begin = 0, end = p.seqlen_q;
   if (kBanded) {
     begin = max(0, k0 - p.diag_offset - p.window_right);
     end = min(p.seqlen_q, k0 + nk - 1 - p.diag_offset + p.window_left + 1);
   }
+  if (begin >= end) return {0, 0};
+  return {begin / block_m, (end + block_m - 1) / block_m};
 }
 
 }  // namespace flash_kernels

@@ -93,10 +93,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dkdv_kernel(const 
   const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride +
                 (k_off + n0) * p.v_row_stride;
 
-  int q_begin, q_end;
-  query_range<kBanded>(p, n0, BN, q_begin, q_end);
-  const int m_block_min = q_begin / BM;
-  const int m_blocks = q_begin < q_end ? (q_end + BM - 1) / BM - m_block_min : 0;
+  const BlockRange queries = query_blocks<kBanded>(p, n0, BN, BM);
+  const int m_block_min = queries.first, m_blocks = queries.last - queries.first;
   const int steps = m_blocks * p.head_group;  // (q head of the group, query block) pairs
 
   // Issue the copies for step `s` into stage `stage` (Q and dO tiles by cp.async; lse and delta by plain
@@ -285,10 +283,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_bwd_dq_kernel(const At
   const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + k_off * p.k_row_stride;
   const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + k_off * p.v_row_stride;
 
-  int key_begin, key_end;
-  key_range<kBanded>(p, m0, BM, key_begin, key_end);
-  const int n_block_min = key_begin / BN;
-  const int n_block_max = key_begin < key_end ? (key_end + BN - 1) / BN : n_block_min;
+  const BlockRange keys = key_blocks<kBanded>(p, m0, BM, BN);
+  const int n_block_min = keys.first, n_block_max = keys.last;
 
   // This thread's two rows: lse (times log2 e) and delta stay in registers for the whole block.
   float lse_r[2], delta_r[2];

@@ -2,11 +2,12 @@
 // the dQ kernel after it, the same math as attn_bwd_dkdv_kernel / attn_bwd_dq_kernel (bwd_kernel.cuh), laid
 // out like the Hopper forward (fwd_kernel_sm90.cuh). dK/dV:
 //   - a copy warpgroup: one thread copies K and V of the block once and, per step, Q and dO of one query
-//     block (TMA) into a two-stage ring; warp 0's lanes put lse (times log2 e) and delta of those rows
-//     beside them. 24 registers.
+//     block (TMA) into a two-stage ring. 24 registers.
 //   - two math warpgroups of 64 keys each, 240 registers; per step (64 queries of one q head):
 //       S^T = K Q^T, dP^T = V dO^T     wgmma m64n64k16, operands from shared memory
 //       P^T = exp2(S^T * scale log2 e - lse log2 e), masked;  dS^T = P^T (dP^T - delta)
+//         (lse and delta of the step's queries: each math warpgroup's threads read one each from global
+//         memory a step ahead and stage them in shared memory of their own, behind a named barrier)
 //       dV += P^T dO, dK += dS^T Q      wgmma m64n64k16 per 64-column atom, P^T / dS^T from registers
 //     taking turns with the other warpgroup to issue, as in the forward.
 // A step walks every (q head of the kv head's group, query block) pair, so GQA sums its heads in
@@ -24,7 +25,7 @@ namespace flash_kernels {
 
 // 128 keys (two math warpgroups of 64), 64 queries per step. Registers per math thread at head dim 128:
 // dK and dV 64 each, S^T and dP^T 32 each, their 16-bit copies 16 each. Shared memory at head dim 128:
-// K, V 32 KB each + 2 stages x (Q, dO) 16 KB each + lse/delta = 129 KB.
+// K, V 32 KB each + 2 stages x (Q, dO) 16 KB each + lse/delta 2 KB = 130 KB.
 template <typename Element_, int kHeadDim_>
 struct BwdSm90Traits {
   using Element = Element_;
@@ -38,9 +39,11 @@ struct BwdSm90Traits {
   static_assert(kHeadDim % kAtomCols == 0 && kHeadDim <= 128, "dK and dV accumulators must fit in registers");
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
-  // K, V, then per stage Q, dO; then per stage lse, delta (floats); then the mbarriers.
+  // K, V, then per stage Q, dO; then per math warpgroup two buffers of lse, delta (floats); then the
+  // mbarriers (K/V full; per stage full and empty).
   static constexpr int kRowStatsOffset = 2 * kTileKVBytes + 2 * kStages * kTileQBytes;
-  static constexpr int kBarrierOffset = kRowStatsOffset + kStages * 2 * kBlockM * 4;
+  static constexpr int kRowStatsFloats = 2 * kBlockM;  // lse, then delta, of one step
+  static constexpr int kBarrierOffset = kRowStatsOffset + kMathWarpgroups * 2 * kRowStatsFloats * 4;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
 };
 
@@ -64,17 +67,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
 
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t k_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+  const uint32_t k_addr = swizzle_aligned_base(smem_raw);
   const uint32_t v_addr = k_addr + Traits::kTileKVBytes;
-  // Stage s: Q at q_addr(s), dO right after it.
-  auto q_addr = [&](int s) { return v_addr + Traits::kTileKVBytes + 2 * s * Traits::kTileQBytes; };
-  float* stats = reinterpret_cast<float*>(smem_raw + (k_addr - raw_addr) + Traits::kRowStatsOffset);
-  auto lse_s = [&](int s) { return stats + s * 2 * BM; };
-  auto delta_s = [&](int s) { return stats + s * 2 * BM + BM; };
+  // Step i: Q at q_addr(i), dO right after it.
+  auto q_addr = [&](int i) { return v_addr + Traits::kTileKVBytes + 2 * (i % STAGES) * Traits::kTileQBytes; };
   const uint32_t bar_kv = k_addr + Traits::kBarrierOffset;
-  auto bar_full = [&](int s) { return bar_kv + 8 * (1 + s); };
-  auto bar_empty = [&](int s) { return bar_kv + 8 * (1 + STAGES + s); };
+  const StageRing<STAGES> ring{bar_kv + 8};
+  // Per math warpgroup, two buffers of lse/delta (see the math warpgroups below).
+  float* const row_stats =
+      reinterpret_cast<float*>(smem_raw + (k_addr - smem_addr(smem_raw)) + Traits::kRowStatsOffset);
 
   const int n_block = blockIdx.x;
   const int hk = blockIdx.y;
@@ -88,55 +89,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (n0 >= p.seqlen_k) return;  // varlen: the grid covers the longest sequence
   const int map_b = varlen ? 0 : b;
 
-  int q_begin, q_end;
-  query_range<kBanded>(p, n0, BN, q_begin, q_end);
-  const int m_block_min = q_begin / BM;
-  const int m_blocks = q_begin < q_end ? (q_end + BM - 1) / BM - m_block_min : 0;
+  const BlockRange queries = query_blocks<kBanded>(p, n0, BN, BM);
+  const int m_block_min = queries.first, m_blocks = queries.last - queries.first;
   const int steps = m_blocks * p.head_group;  // (q head of the group, query block) pairs
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bar_full(s), 32);                  // the 32 lanes of the copy warp
-      mbar_init(bar_empty(s), kMathThreads / 32);  // one arrival per math warp
-    }
+    ring.init(kMathThreads / 32);
     mbar_init_fence();
   }
   __syncthreads();
 
   if (tid < 128) {
     setmaxnreg_dec<24>();
-    if (tid >= 32 || steps == 0) return;
-    const int lane = tid;
-    if (lane == 0) {
-      mbar_arrive_expect_tx(bar_kv, 2 * Traits::kTileKVBytes);
-      for (int a = 0; a < ATOMS; ++a) {
-        tma_load_4d(k_addr + a * BN * 128, &maps.k, a * kAtomCols, k_off + n0, hk, map_b, bar_kv);
-        tma_load_4d(v_addr + a * BN * 128, &maps.v, a * kAtomCols, k_off + n0, hk, map_b, bar_kv);
-      }
-    }
+    if (tid != 0 || steps == 0) return;
+    mbar_arrive_expect_tx(bar_kv, 2 * Traits::kTileKVBytes);
+    tma_load_tile<ATOMS, BN>(k_addr, &maps.k, k_off + n0, hk, map_b, bar_kv);
+    tma_load_tile<ATOMS, BN>(v_addr, &maps.v, k_off + n0, hk, map_b, bar_kv);
     for (int i = 0; i < steps; ++i) {
-      const int s = i % STAGES;
       const int h = hk * p.head_group + i / m_blocks;
       const int m0 = (m_block_min + i % m_blocks) * BM;
-      if (i >= STAGES) mbar_wait(bar_empty(s), ((i / STAGES) & 1) ^ 1);
-      // lse = +inf makes P = 0 for rows past the sequence's end (and for rows that saw no key).
-      for (int r = lane; r < BM; r += 32) {
-        const bool valid = m0 + r < p.seqlen_q;
-        const int64_t row = b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0 + r;
-        lse_s(s)[r] = valid ? p.lse[row] * 1.4426950408889634f : INFINITY;
-        delta_s(s)[r] = valid ? p.delta[row] : 0.f;
-      }
-      if (lane == 0) {
-        mbar_arrive_expect_tx(bar_full(s), 2 * Traits::kTileQBytes);
-        for (int a = 0; a < ATOMS; ++a) {
-          tma_load_4d(q_addr(s) + a * BM * 128, &maps.q, a * kAtomCols, q_off + m0, h, map_b, bar_full(s));
-          tma_load_4d(q_addr(s) + Traits::kTileQBytes + a * BM * 128, &maps.dout, a * kAtomCols, q_off + m0, h,
-                      map_b, bar_full(s));
-        }
-      } else {
-        mbar_arrive(bar_full(s));
-      }
+      ring.acquire(i);
+      ring.expect(i, 2 * Traits::kTileQBytes);
+      tma_load_tile<ATOMS, BM>(q_addr(i), &maps.q, q_off + m0, h, map_b, ring.full(i));
+      tma_load_tile<ATOMS, BM>(q_addr(i) + Traits::kTileQBytes, &maps.dout, q_off + m0, h, map_b, ring.full(i));
     }
     return;
   }
@@ -158,16 +134,36 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dk[a][i] = dv[a][i] = 0.f;
 
+  // lse (times log2 e) and delta of a step's BM queries: thread j of the warpgroup reads one (lse of query
+  // j, or delta of query j - BM) a step ahead and stores it, at the step, into one of two buffers of its
+  // warpgroup while the step's S^T and dP^T run on the tensor cores; the warpgroup's named barrier right
+  // after orders those stores before every thread's reads of step i, and those reads before the stores of
+  // step i + 2 into the same buffer. (Staged by the copy warp and handed over through the stage's
+  // mbarrier instead, these plain stores are what compute-sanitizer's racecheck reports as races.)
+  // lse = +inf (P = 0) and delta = 0 for rows past the sequence's end.
+  static_assert(Traits::kRowStatsFloats == 128, "one value per thread of the warpgroup");
+  const int stat_j = tid % 128;
+  const bool stat_is_lse = stat_j < BM;
+  const int stats_barrier = WarpgroupTurns::kBarriersUsed + wg;
+  auto load_row_stat = [&](int i) {
+    const int h = hk * p.head_group + i / m_blocks;
+    const int r = (m_block_min + i % m_blocks) * BM + (stat_is_lse ? stat_j : stat_j - BM);
+    if (r >= p.seqlen_q) return stat_is_lse ? INFINITY : 0.f;
+    const int64_t row = b * p.lse_batch_stride + h * p.lse_head_stride + q_off + r;
+    return stat_is_lse ? p.lse[row] * 1.4426950408889634f : p.delta[row];
+  };
+  float next_stat = 0.f;
+
   if (steps > 0) {
+    next_stat = load_row_stat(0);
     mbar_wait(bar_kv, 0);
     turns.start();
   }
   for (int i = 0; i < steps; ++i) {
-    const int s = i % STAGES;
     const int m0 = (m_block_min + i % m_blocks) * BM;
     const bool last = i == steps - 1;
-    mbar_wait(bar_full(s), (i / STAGES) & 1);
-    const uint32_t qa = q_addr(s), doa = q_addr(s) + Traits::kTileQBytes;
+    ring.wait_full(i);
+    const uint32_t qa = q_addr(i), doa = q_addr(i) + Traits::kTileQBytes;
 
     // S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x BM queries), two commit groups.
     float st[QTILES * 4], dpt[QTILES * 4];
@@ -180,11 +176,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_rows_x_rows<T, D, BN, BM>(dpt, v_addr, wg * 64, doa);
     wgmma_commit();
     turns.pass(false);
+    float* const stats = row_stats + (2 * wg + i % 2) * Traits::kRowStatsFloats;
+    stats[stat_j] = next_stat;
+    named_bar_sync(stats_barrier, 128);
+    if (!last) next_stat = load_row_stat(i + 1);  // in flight for the rest of the step
+    const float* lse = stats;
+    const float* delta = stats + BM;
 
     // P^T while dP^T runs. Element e of tile qt: key row g + (e/2)*8, query column qt*8 + 2t + e%2.
     wgmma_wait<1>();
     fence_operands(st);
-    const float* lse = lse_s(s);
     const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
 #pragma unroll
     for (int qt = 0; qt < QTILES; ++qt)
@@ -198,7 +199,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       }
     wgmma_wait<0>();
     fence_operands(dpt);
-    const float* delta = delta_s(s);
 #pragma unroll
     for (int qt = 0; qt < QTILES; ++qt)
 #pragma unroll
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_wait<0>();
     fence_operands(dv);
     fence_operands(dk);
-    if (lane == 0) mbar_arrive(bar_empty(s));  // this warp is done with stage s
+    ring.release(i, lane);
   }
 
   // Store (zeros for keys no query sees, so dK/dV are always fully written).
@@ -232,17 +232,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   for (int r = 0; r < 2; ++r) {
     const int key = n0 + key_row0 + g + r * 8;
     if (key < p.seqlen_k) {
-#pragma unroll
-      for (int a = 0; a < ATOMS; ++a)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = a * kAtomCols + j * 8 + 2 * t;
-          if (a * kAtomCols + j * 8 >= p.head_dim) break;  // columns past the call's head dim are padding
-          *reinterpret_cast<uint32_t*>(gdK + key * p.dk_row_stride + col) =
-              pack2<T>(dk[a][4 * j + 2 * r] * p.softmax_scale, dk[a][4 * j + 2 * r + 1] * p.softmax_scale);
-          *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) =
-              pack2<T>(dv[a][4 * j + 2 * r], dv[a][4 * j + 2 * r + 1]);
-        }
+      store_acc_row<T, ATOMS>(gdK + key * p.dk_row_stride, dk, r, p.softmax_scale, p.head_dim);
+      store_acc_row<T, ATOMS>(gdV + key * p.dv_row_stride, dv, r, 1.f, p.head_dim);
     }
   }
 #else
@@ -288,13 +279,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
 
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t q_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+  const uint32_t q_addr = swizzle_aligned_base(smem_raw);
   const uint32_t do_addr = q_addr + Traits::kTileQBytes;
-  auto k_addr = [&](int s) { return do_addr + Traits::kTileQBytes + 2 * s * Traits::kTileKVBytes; };
+  // Step i: K at k_addr(i), V right after it.
+  auto k_addr = [&](int i) { return do_addr + Traits::kTileQBytes + 2 * (i % STAGES) * Traits::kTileKVBytes; };
   const uint32_t bar_q = q_addr + Traits::kBarrierOffset;
-  auto bar_full = [&](int s) { return bar_q + 8 * (1 + s); };
-  auto bar_empty = [&](int s) { return bar_q + 8 * (1 + STAGES + s); };
+  const StageRing<STAGES> ring{bar_q + 8};
 
   const int m_block = blockIdx.x;
   const int h = blockIdx.y;
@@ -309,18 +299,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if (m0 >= p.seqlen_q) return;  // varlen: the grid covers the longest sequence
   const int map_b = varlen ? 0 : b;
 
-  int key_begin, key_end;
-  key_range<kBanded>(p, m0, BM, key_begin, key_end);
-  const int n_block_min = key_begin / BN;
-  const int n_block_max = key_begin < key_end ? (key_end + BN - 1) / BN : n_block_min;
+  const BlockRange keys = key_blocks<kBanded>(p, m0, BM, BN);
+  const int n_block_min = keys.first, n_block_max = keys.last;
   const int n_steps = n_block_max - n_block_min;
 
   if (tid == 0) {
     mbar_init(bar_q, 1);
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bar_full(s), 1);
-      mbar_init(bar_empty(s), kMathThreads / 32);
-    }
+    ring.init(kMathThreads / 32);
     mbar_init_fence();
   }
   __syncthreads();
@@ -329,20 +314,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     setmaxnreg_dec<24>();
     if (tid == 0 && n_steps > 0) {
       mbar_arrive_expect_tx(bar_q, 2 * Traits::kTileQBytes);
-      for (int a = 0; a < ATOMS; ++a) {
-        tma_load_4d(q_addr + a * BM * 128, &maps.q, a * kAtomCols, q_off + m0, h, map_b, bar_q);
-        tma_load_4d(do_addr + a * BM * 128, &maps.dout, a * kAtomCols, q_off + m0, h, map_b, bar_q);
-      }
+      tma_load_tile<ATOMS, BM>(q_addr, &maps.q, q_off + m0, h, map_b, bar_q);
+      tma_load_tile<ATOMS, BM>(do_addr, &maps.dout, q_off + m0, h, map_b, bar_q);
       for (int i = 0; i < n_steps; ++i) {
-        const int s = i % STAGES;
         const int n0 = (n_block_max - 1 - i) * BN;
-        if (i >= STAGES) mbar_wait(bar_empty(s), ((i / STAGES) & 1) ^ 1);
-        mbar_arrive_expect_tx(bar_full(s), 2 * Traits::kTileKVBytes);
-        for (int a = 0; a < ATOMS; ++a) {
-          tma_load_4d(k_addr(s) + a * BN * 128, &maps.k, a * kAtomCols, k_off + n0, hk, map_b, bar_full(s));
-          tma_load_4d(k_addr(s) + Traits::kTileKVBytes + a * BN * 128, &maps.v, a * kAtomCols, k_off + n0, hk, map_b,
-                      bar_full(s));
-        }
+        ring.acquire(i);
+        ring.expect(i, 2 * Traits::kTileKVBytes);
+        tma_load_tile<ATOMS, BN>(k_addr(i), &maps.k, k_off + n0, hk, map_b, ring.full(i));
+        tma_load_tile<ATOMS, BN>(k_addr(i) + Traits::kTileKVBytes, &maps.v, k_off + n0, hk, map_b, ring.full(i));
       }
     }
     return;
@@ -379,11 +358,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     turns.start();
   }
   for (int i = 0; i < n_steps; ++i) {
-    const int s = i % STAGES;
     const int n0 = (n_block_max - 1 - i) * BN;
     const bool last = i == n_steps - 1;
-    mbar_wait(bar_full(s), (i / STAGES) & 1);
-    const uint32_t ka = k_addr(s), va = k_addr(s) + Traits::kTileKVBytes;
+    ring.wait_full(i);
+    const uint32_t ka = k_addr(i), va = k_addr(i) + Traits::kTileKVBytes;
 
     float sc[NTILES * 4], dp[NTILES * 4];
     turns.take();
@@ -431,24 +409,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     turns.pass(last);
     wgmma_wait<0>();
     fence_operands(dq);
-    if (lane == 0) mbar_arrive(bar_empty(s));
+    ring.release(i, lane);
   }
 
   T* gdQ = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + (q_off + m0) * p.dq_row_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + g + r * 8;
-    if (m0 + row < p.seqlen_q) {
-#pragma unroll
-      for (int a = 0; a < ATOMS; ++a)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = a * kAtomCols + j * 8 + 2 * t;
-          if (a * kAtomCols + j * 8 >= p.head_dim) break;  // columns past the call's head dim are padding
-          *reinterpret_cast<uint32_t*>(gdQ + row * p.dq_row_stride + col) =
-              pack2<T>(dq[a][4 * j + 2 * r] * p.softmax_scale, dq[a][4 * j + 2 * r + 1] * p.softmax_scale);
-        }
-    }
+    if (m0 + row < p.seqlen_q) store_acc_row<T, ATOMS>(gdQ + row * p.dq_row_stride, dq, r, p.softmax_scale, p.head_dim);
   }
 #else
   __trap();  // see attn_fwd_sm90_kernel

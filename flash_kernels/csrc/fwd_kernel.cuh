@@ -61,10 +61,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnP
   T* gO = static_cast<T*>(p.out) + b * p.o_batch_stride + h * p.o_head_stride + (q_off + m0) * p.o_row_stride;
   float* gLse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0;
 
-  int key_begin, key_end;
-  key_range<kBanded>(p, m0, BM, key_begin, key_end);
-  const int n_block_min = key_begin / BN;
-  const int n_block_max = key_begin < key_end ? (key_end + BN - 1) / BN : n_block_min;
+  const BlockRange keys = key_blocks<kBanded>(p, m0, BM, BN);
+  const int n_block_min = keys.first, n_block_max = keys.last;
 
   float o_acc[MT][DTILES][4];
   float row_max[MT][2];

@@ -77,14 +77,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
 
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t q_addr = (raw_addr + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+  const uint32_t q_addr = swizzle_aligned_base(smem_raw);
   const uint32_t kv_addr = q_addr + Traits::kTileQBytes;  // stage s: K at + 2s tiles, V at + 2s+1
   const uint32_t bar_full_q = q_addr + Traits::kBarrierOffset;
-  // which: 0 = K, 1 = V. K and V have barriers of their own, so K of a block can be refilled as soon as
-  // S = Q K^T is done with it, while P V still reads the V beside it.
-  auto bar_full = [&](int which, int s) { return bar_full_q + 8 * (1 + which * STAGES + s); };
-  auto bar_empty = [&](int which, int s) { return bar_full_q + 8 * (1 + (2 + which) * STAGES + s); };
+  // K and V have rings of their own, so K of a block can be refilled as soon as S = Q K^T is done with it,
+  // while P V still reads the V beside it.
+  const StageRing<STAGES> ring_k{bar_full_q + 8}, ring_v{bar_full_q + 8 + StageRing<STAGES>::kBytes};
 
   const int m_block = blockIdx.x;
   const int h = blockIdx.y;
@@ -102,19 +100,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int q_row = q_off + m0;
   const int map_b = kVarlen ? 0 : b;
 
-  int key_begin, key_end;
-  key_range<kBanded>(p, m0, BM, key_begin, key_end);
-  const int n_block_min = key_begin / BN;
-  const int n_block_max = key_begin < key_end ? (key_end + BN - 1) / BN : n_block_min;
+  const BlockRange keys = key_blocks<kBanded>(p, m0, BM, BN);
+  const int n_block_min = keys.first, n_block_max = keys.last;
   const int n_steps = n_block_max - n_block_min;
 
   if (tid == 0) {
     mbar_init(bar_full_q, 1);
-    for (int which = 0; which < 2; ++which)
-      for (int s = 0; s < STAGES; ++s) {
-        mbar_init(bar_full(which, s), 1);
-        mbar_init(bar_empty(which, s), kMathThreads / 32);  // one arrival per math warp
-      }
+    ring_k.init(kMathThreads / 32);
+    ring_v.init(kMathThreads / 32);
     mbar_init_fence();
   }
   __syncthreads();
@@ -124,21 +117,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     setmaxnreg_dec<24>();
     if (tid == 0 && n_steps > 0) {
       mbar_arrive_expect_tx(bar_full_q, Traits::kTileQBytes);
-      for (int a = 0; a < ATOMS; ++a) {
-        tma_load_4d(q_addr + a * BM * 128, &maps.q, a * kAtomCols, q_row, h, map_b, bar_full_q);
-      }
+      tma_load_tile<ATOMS, BM>(q_addr, &maps.q, q_row, h, map_b, bar_full_q);
       for (int i = 0; i < n_steps; ++i) {
-        const int s = i % STAGES;
         const int n0 = (n_block_max - 1 - i) * BN;
-        for (int which = 0; which < 2; ++which) {
-          // Use i / STAGES of stage s: wait until the math warps released use i / STAGES - 1.
-          if (i >= STAGES) mbar_wait(bar_empty(which, s), ((i / STAGES) & 1) ^ 1);
-          mbar_arrive_expect_tx(bar_full(which, s), Traits::kTileKVBytes);
-          const uint32_t dst = kv_addr + (2 * s + which) * Traits::kTileKVBytes;
-          for (int a = 0; a < ATOMS; ++a) {
-            tma_load_4d(dst + a * BN * 128, which ? &maps.v : &maps.k, a * kAtomCols, k_off + n0, hk, map_b,
-                        bar_full(which, s));
-          }
+        for (int which = 0; which < 2; ++which) {  // K, then V
+          const StageRing<STAGES>& ring = which ? ring_v : ring_k;
+          ring.acquire(i);
+          ring.expect(i, Traits::kTileKVBytes);
+          tma_load_tile<ATOMS, BN>(kv_addr + (2 * (i % STAGES) + which) * Traits::kTileKVBytes,
+                                   which ? &maps.v : &maps.k, k_off + n0, hk, map_b, ring.full(i));
         }
       }
     }
@@ -178,9 +165,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_fence();
     wgmma_frags_x_rows<T, ATOMS, BN>(o_acc, pf, v_addr);
     wgmma_commit();
-  };
-  auto release = [&](int which, int s) {
-    if (lane == 0) mbar_arrive(bar_empty(which, s));  // this warp is done with that K or V
   };
   auto mask = [&](float (&sc)[NTILES * 4], int n0) {
     if (block_fully_visible<kBanded>(p, m0, BM, n0, BN)) return;
@@ -232,7 +216,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
         for (int e = 0; e < 4; ++e) o_acc[a][4 * j + e] *= alpha[e >> 1];
   };
 
-  auto full_parity = [&](int i) { return static_cast<uint32_t>((i / STAGES) & 1); };
   if (n_steps > 0) {
     mbar_wait(bar_full_q, 0);
     turns.start();
@@ -241,13 +224,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     uint32_t pf[BN / 16][4];
     {
       float sc[NTILES * 4];
-      mbar_wait(bar_full(0, 0), 0);
+      ring_k.wait_full(0);
       turns.take();
       issue_qk(sc, 0);
       turns.pass(false);
       wgmma_wait<0>();
       fence_operands(sc);
-      release(0, 0);
+      ring_k.release(0, lane);
       mask(sc, (n_block_max - 1) * BN);
       float alpha[2];
       softmax(sc, alpha);  // O is still 0: nothing to rescale
@@ -256,32 +239,32 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     for (int i = 1; i < n_steps; ++i) {
       const int s = i % STAGES, prev = (i - 1) % STAGES;
       float sc[NTILES * 4];
-      mbar_wait(bar_full(0, s), full_parity(i));
-      mbar_wait(bar_full(1, prev), full_parity(i - 1));
+      ring_k.wait_full(i);
+      ring_v.wait_full(i - 1);
       turns.take();
       issue_qk(sc, s);
       issue_pv(pf, prev);
       turns.pass(false);
       wgmma_wait<1>();  // S landed; P V may still run
       fence_operands(sc);
-      release(0, s);
+      ring_k.release(i, lane);
       mask(sc, (n_block_max - 1 - i) * BN);
       float alpha[2];
       softmax(sc, alpha);
       wgmma_wait<0>();
       fence_operands(o_acc);
-      release(1, prev);
+      ring_v.release(i - 1, lane);
       rescale_o(alpha);
       acc_to_frags<T, BN>(sc, pf);
     }
     const int s_last = (n_steps - 1) % STAGES;
-    mbar_wait(bar_full(1, s_last), full_parity(n_steps - 1));
+    ring_v.wait_full(n_steps - 1);
     turns.take();
     issue_pv(pf, s_last);
     turns.pass(true);
     wgmma_wait<0>();
     fence_operands(o_acc);
-    release(1, s_last);
+    ring_v.release(n_steps - 1, lane);
   }
 
   // Normalise and store (attn_fwd_kernel's conventions: O = 0 and lse = +inf for rows that saw no key).
@@ -293,16 +276,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int row = row0 + g + r * 8;
     if (m0 + row < p.seqlen_q) {
-      T* o_row = gO + row * p.o_row_stride;
-#pragma unroll
-      for (int a = 0; a < ATOMS; ++a)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = a * kAtomCols + j * 8;
-          if (col >= p.head_dim) break;  // columns past the call's head dim are padding
-          *reinterpret_cast<uint32_t*>(o_row + col + 2 * t) =
-              pack2<T>(o_acc[a][4 * j + 2 * r] * inv, o_acc[a][4 * j + 2 * r + 1] * inv);
-        }
+      store_acc_row<T, ATOMS>(gO + row * p.o_row_stride, o_acc, r, inv, p.head_dim);
       if (t == 0) gLse[row] = sum > 0.f ? row_max[r] * p.softmax_scale + logf(sum) : INFINITY;
     }
   }

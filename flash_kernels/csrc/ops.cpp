@@ -76,15 +76,31 @@ const KernelEntry& find_kernel(const at::Tensor& q, bool banded) {
   return *best;
 }
 
-// Queried through the runtime rather than ATen/cuda/CUDAContext.h, whose includes (cuBLAS, cuSPARSE
-// headers) are not in every CUDA toolkit that can build this extension.
-void check_device_arch(const at::Tensor& q) {
-  int major = 0, minor = 0;
+// Compute capability (major * 10 + minor) of q's device, queried once per process: every forward and
+// backward call asks, and the answer cannot change. Through the runtime rather than ATen/cuda/CUDAContext.h,
+// whose includes (cuBLAS, cuSPARSE headers) are not in every CUDA toolkit that can build this extension.
+int device_capability(const at::Tensor& q) {
+  static const std::vector<int> capabilities = [] {
+    int count = 0;
+    C10_CUDA_CHECK(cudaGetDeviceCount(&count));
+    std::vector<int> caps(count);
+    for (int d = 0; d < count; ++d) {
+      int major = 0, minor = 0;
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
+      caps[d] = major * 10 + minor;
+    }
+    return caps;
+  }();
   const int device = q.device().index();
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  TORCH_CHECK(major >= 8, "flash_kernels_cuda: needs an sm_80 (Ampere) or newer GPU; ", q.device(), " is sm_", major,
-              minor);
+  TORCH_CHECK(device >= 0 && device < static_cast<int>(capabilities.size()), "flash_kernels_cuda: ", q.device(),
+              " is not one of the ", capabilities.size(), " CUDA devices this process sees");
+  return capabilities[device];
+}
+
+void check_device_arch(const at::Tensor& q) {
+  const int cc = device_capability(q);
+  TORCH_CHECK(cc >= 80, "flash_kernels_cuda: needs an sm_80 (Ampere) or newer GPU; ", q.device(), " is sm_", cc);
 }
 
 // The Hopper kernels (wgmma, TMA) replace the general ones on cc 9.0 devices when the module was built with
@@ -97,11 +113,7 @@ LaunchFn pick_launcher(const at::Tensor& q, const KernelEntry& general, bool bac
 #ifdef FLASH_KERNELS_SM90A
   const char* off = std::getenv("FLASH_KERNELS_CUDA_SM90");
   if (off != nullptr && std::string(off) == "0") return fallback;
-  int major = 0, minor = 0;
-  const int device = q.device().index();
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) return fallback;  // sm_90a code runs on exactly cc 9.0
+  if (device_capability(q) != 90) return fallback;  // sm_90a code runs on exactly cc 9.0
   const KernelEntry* best = nullptr;
   for (const KernelEntry& e : kSm90Kernels) {
     if (e.dtype == general.dtype && e.banded == general.banded && e.head_dim >= q.size(3) &&

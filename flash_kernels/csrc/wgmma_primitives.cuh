@@ -1,8 +1,9 @@
-// Hopper (sm_90a) building blocks of the forward kernel in fwd_kernel_sm90.cuh (inline PTX, no CUTLASS):
+// Hopper (sm_90a) building blocks of the kernels in fwd_kernel_sm90.cuh and bwd_kernel_sm90.cuh (inline PTX,
+// no CUTLASS):
 //   wgmma.mma_async   warpgroup (4 warps) matrix multiply, B (and optionally A) read by the tensor cores
 //                     straight from shared memory through a 64-bit matrix descriptor
-//   the 128-byte-swizzled shared-memory layout those descriptors describe, and a cp.async tile copy into it
-//   fence.proxy.async so the tensor cores see what cp.async wrote
+//   the 128-byte-swizzled shared-memory layout those descriptors describe, which TMA copies write
+//   mbarriers, TMA, register reallocation, named barriers, and what the kernels build from them
 //
 // Shared-memory layout (PTX ISA, "Shared Memory Matrix Layout", 128B swizzle): a tile of R rows x C columns
 // of 16-bit elements is stored as C/64 column blocks ("atoms") of R rows x 128 bytes, one after the other;
@@ -17,6 +18,7 @@
 //
 // The operand lists of the wgmma wrappers are spelled out: inline asm needs one operand per register.
 #pragma once
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
@@ -27,13 +29,6 @@ namespace flash_kernels {
 
 constexpr int kAtomCols = 64;     // 16-bit elements in one 128-byte swizzle atom row
 constexpr int kAtomBytes = 1024;  // 8 rows x 128 bytes: the swizzle period and the descriptors' row-group step
-
-// Element offset of (row, col) in a kRows-row tile stored in the swizzled atom layout above.
-template <int kRows>
-__device__ __forceinline__ int atom_offset(int row, int col) {
-  return (col / kAtomCols) * kRows * kAtomCols + row * kAtomCols + ((((col % kAtomCols) >> 3) ^ (row & 7)) << 3) +
-         (col & 7);
-}
 
 // Matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and stride byte offsets
 // (all >> 4), swizzle mode in bits 62-63 (1 = 128B). The stride offset is the step between 8-row groups
@@ -59,35 +54,6 @@ __device__ __forceinline__ void fence_operands(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
-// cp.async writes through the generic proxy; wgmma reads through the async proxy.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// Copy a (kRows x kCols) global tile into the swizzled atom layout; rows at or past valid_rows and columns
-// at or past valid_cols are zero-filled (as load_tile_async). Consecutive threads take consecutive 16-byte
-// chunks of a row (coalesced reads); a thread keeps one chunk column, and its row step is a multiple of 8,
-// so its swizzled position is the same for every row it copies.
-template <int kRows, int kCols, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_atoms_async(T* smem, const T* gmem, int64_t row_stride, int valid_rows,
-                                                      int valid_cols, int tid) {
-  constexpr int kChunksPerRow = kCols / 8;
-  static_assert(kCols % kAtomCols == 0, "whole 128-byte atoms");
-  static_assert(kThreads % kChunksPerRow == 0, "each thread must keep one chunk column");
-  constexpr int kRowStep = kThreads / kChunksPerRow;
-  static_assert(kRowStep % 8 == 0 && kRows % kRowStep == 0, "row step must keep the swizzle phase");
-  const int row = tid / kChunksPerRow;
-  const int col = (tid % kChunksPerRow) * 8;
-  T* dst = smem + atom_offset<kRows>(row, col);
-  const T* src = gmem + row * row_stride + col;
-  const bool col_valid = col < valid_cols;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    const bool valid = col_valid && row + i * kRowStep < valid_rows;
-    cp_async_16(dst + i * kRowStep * kAtomCols, valid ? src + i * kRowStep * row_stride : gmem, valid);
-  }
-}
-
 
 // ---- mbarrier, bulk tensor copy (TMA), register reallocation, named barriers --------------------
 // An mbarrier is 8 bytes of shared memory that counts arrivals (and, for TMA, bytes) per phase; a
@@ -236,11 +202,73 @@ FK_WGMMA_WRAPPERS(__nv_bfloat16, "bf16")
 #undef FK_WGMMA_WRAPPERS
 
 // ---- what every Hopper kernel here does with these ----------------------------------------------
+// Shared memory base rounded up to the 1024-byte period of the 128B swizzle (each kernel's kSmemBytes
+// reserves kAtomBytes of slack for it).
+__device__ __forceinline__ uint32_t swizzle_aligned_base(const void* smem) {
+  return (smem_addr(smem) + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+}
+
+// A kRows x (kAtoms * 64) tile from a tensor map over (head dim, rows, heads, batch) with a 64 x kRows box:
+// one TMA copy per 64-column atom, each kRows * 128 bytes after the last, all counted on `bar`.
+template <int kAtoms, int kRows>
+__device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* map, int row, int head, int batch,
+                                              uint32_t bar) {
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a) tma_load_4d(dst + a * kRows * 128, map, a * kAtomCols, row, head, batch, bar);
+}
+
+// A ring of kStages buffers the copy thread fills for the math warps, on two mbarriers per stage: "full"
+// (the copy thread's arrival with the TMA byte count) and "empty" (one arrival per math warp). Step i uses
+// stage i % kStages for the (i / kStages)-th time, which completes phase i / kStages of both barriers:
+// hence the parities below. Methods take the step, not the stage.
+template <int kStages>
+struct StageRing {
+  static constexpr int kBytes = 16 * kStages;  // full of each stage, then empty of each stage
+  uint32_t bars;
+  __device__ __forceinline__ uint32_t full(int i) const { return bars + 8 * (i % kStages); }
+  __device__ __forceinline__ uint32_t empty(int i) const { return bars + 8 * (kStages + i % kStages); }
+  __device__ __forceinline__ void init(int math_warps) const {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), math_warps);
+    }
+  }
+  // Copy thread, before refilling the stage for step i: wait until step i - kStages was released.
+  __device__ __forceinline__ void acquire(int i) const {
+    if (i >= kStages) mbar_wait(empty(i), ((i / kStages) & 1) ^ 1);
+  }
+  // Copy thread: the TMA copies of `bytes` that follow, for step i, complete full(i).
+  __device__ __forceinline__ void expect(int i, uint32_t bytes) const { mbar_arrive_expect_tx(full(i), bytes); }
+  __device__ __forceinline__ void wait_full(int i) const { mbar_wait(full(i), (i / kStages) & 1); }
+  // Math warp, once every wgmma reading step i's stage has been waited for.
+  __device__ __forceinline__ void release(int i, int lane) const {
+    if (lane == 0) mbar_arrive(empty(i));
+  }
+};
+
+// Row g + 8r (r = 0, 1: the two rows a thread holds) of a wgmma accumulator of kAtoms 64-column atoms,
+// times scale, to `dst` as 16-bit elements, up to head_dim: columns past it are padding.
+template <typename T, int kAtoms>
+__device__ __forceinline__ void store_acc_row(T* dst, const float (&acc)[kAtoms][32], int r, float scale,
+                                              int head_dim) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = a * kAtomCols + j * 8;
+      if (col >= head_dim) return;
+      *reinterpret_cast<uint32_t*>(dst + col + 2 * t) =
+          pack2<T>(acc[a][4 * j + 2 * r] * scale, acc[a][4 * j + 2 * r + 1] * scale);
+    }
+}
+
 // Two math warpgroups take turns issuing their wgmma (named barriers 1 and 2), so one's softmax or
 // elementwise work overlaps the other's matrix work. Warpgroup 0 goes first (start); the last turn of
 // warpgroup 1 is not passed on, as warpgroup 0 will not wait for another.
 struct WarpgroupTurns {
   static constexpr int kThreads = 256;  // both warpgroups
+  static constexpr int kBarriersUsed = 3;  // 0 (__syncthreads), 1, 2: named barriers from 3 on are free
   int wg;                               // 0 or 1
   __device__ __forceinline__ void start() const {
     if (wg == 1) named_bar_arrive(1, kThreads);
