@@ -16,9 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from flashkit import inputhash, render
-from flashkit.atomic import write_text_atomic
-from flashkit.spec import env_ids, load_env
+from flashkit.plan import inputhash
+from flashkit.plan import render
+from flashkit.core.atomic import write_text_atomic
+from flashkit.plan.spec import env_ids, load_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 2.0

@@ -40,8 +40,8 @@ class CliResult:
 
 @pytest.fixture
 def cli(capsys, monkeypatch):
-    """Run flashkit.cli.main in-process and capture its exit code and output."""
-    from flashkit import cli as cli_mod
+    """Run flashkit.cli.main.main in-process and capture its exit code and output."""
+    from flashkit.cli import main as cli_mod
 
     monkeypatch.delenv("FLASHKIT_ROOT", raising=False)
 

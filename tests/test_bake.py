@@ -7,8 +7,11 @@ import re
 
 import pytest
 
-from flashkit import bake, ci_matrix, inputhash, render
-from flashkit.spec import load_all, load_env
+from flashkit.plan import bake
+from flashkit.plan import ci_matrix
+from flashkit.plan import inputhash
+from flashkit.plan import render
+from flashkit.plan.spec import load_all, load_env
 
 MEM = "24"
 
@@ -16,9 +19,9 @@ MEM = "24"
 @pytest.fixture
 def fk(cli, monkeypatch):
     """The CLI with bake and ci-matrix registered (rows the lead adds to cli.EXTENSIONS)."""
-    from flashkit import cli as cli_mod
+    from flashkit.cli import main as cli_mod
 
-    rows = [("bake", "flashkit.bake"), ("ci-matrix", "flashkit.ci_matrix")]
+    rows = [("bake", "flashkit.plan.bake"), ("ci-matrix", "flashkit.plan.ci_matrix")]
     monkeypatch.setattr(
         cli_mod, "EXTENSIONS", cli_mod.EXTENSIONS + tuple(r for r in rows if r not in cli_mod.EXTENSIONS)
     )

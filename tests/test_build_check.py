@@ -7,12 +7,12 @@ import datetime
 import re
 from pathlib import Path
 
-from flashkit import render
-from flashkit.build import BuildResult
-from flashkit.build_check import LAYER_NOTE, CheckReport
-from flashkit.errors import EXIT_CODES
-from flashkit.repro import ImageComparison, LayerDiff, WheelComparison
-from flashkit.spec import load_env
+from flashkit.plan import render
+from flashkit.images.build import BuildResult
+from flashkit.images.build_check import LAYER_NOTE, CheckReport
+from flashkit.core.errors import EXIT_CODES
+from flashkit.images.repro import ImageComparison, LayerDiff, WheelComparison
+from flashkit.plan.spec import load_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_report_names_wheel_verdict_and_each_differing_layer_with_its_step():
 
 
 def test_not_reproducible_exit_code_is_documented():
-    from flashkit.build_check import NotReproducible
+    from flashkit.images.build_check import NotReproducible
 
     assert NotReproducible.exit_code == 30
     assert ("30", EXIT_CODES[-1][1]) == EXIT_CODES[-1] and "--check" in EXIT_CODES[-1][1]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import cli as cli_mod
-from flashkit import errors
-from flashkit.spec import env_ids
+from flashkit.cli import main as cli_mod
+from flashkit.core import errors
+from flashkit.plan.spec import env_ids
 
 REPO = Path(__file__).resolve().parents[1]
 ENVS = env_ids(REPO)

@@ -1,6 +1,6 @@
-"""flashkit.doctor's diagnosis of real broken artifacts (compiled during the run) and its recommendation.
+"""flashkit.doctor.report's diagnosis of real broken artifacts (compiled during the run) and its recommendation.
 
-The modules are real ELF objects read by flashkit.probe.inspect_module; the
+The modules are real ELF objects read by flashkit.doctor.probe.inspect_module; the
 environment around them (Python version, torch, GPU) is stated as the plain
 values diagnose() takes, which is its whole interface.
 """
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import doctor, elf, probe
+from flashkit.doctor import report as doctor
+from flashkit.binary import elf
+from flashkit.doctor import probe
 
 pytest.importorskip("elftools", reason="pyelftools is needed to read ELF objects")
 
@@ -333,7 +335,7 @@ def test_environment_findings():
 
 @pytest.fixture(scope="module")
 def specs():
-    spec = pytest.importorskip("flashkit.spec")
+    spec = pytest.importorskip("flashkit.plan.spec")
     found = spec.load_all(REPO)
     if not found:
         pytest.skip("no env specs under envs/")

@@ -1,4 +1,4 @@
-"""``python -m flashkit.doctor`` end to end, as a subprocess, on this host's real environments.
+"""``python -m flashkit.doctor.report`` end to end, as a subprocess, on this host's real environments.
 
 - the interpreter running the tests (no torch in the kit's venv),
 - /work/venvs/kern (torch 2.13 CPU) when it exists, through --python and as the runner itself,
@@ -32,7 +32,7 @@ def doctor(*args: str, python: str = sys.executable, pythonpath: tuple[str, ...]
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, str(REPO)])
     env.pop("FLASHKIT_ROOT", None)
     return subprocess.run(
-        [python, "-m", "flashkit.doctor", "--repo", str(REPO), *args],
+        [python, "-m", "flashkit.doctor.report", "--repo", str(REPO), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -203,7 +203,7 @@ def test_bad_arch_is_refused():
 
 
 def test_facts_probed_elsewhere_are_diagnosed_here(tmp_path):
-    """`python -m flashkit.probe -o FILE` on one host, `flashkit doctor --facts FILE` on another."""
+    """`python -m flashkit.doctor.probe -o FILE` on one host, `flashkit doctor --facts FILE` on another."""
     site = tmp_path / "site"
     try:
         build.flash_package(site)
@@ -212,7 +212,7 @@ def test_facts_probed_elsewhere_are_diagnosed_here(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
     out = tmp_path / "facts.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "flashkit.probe", "-o", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path
+        [sys.executable, "-m", "flashkit.doctor.probe", "-o", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     direct = as_json(doctor("--json", pythonpath=(str(site),)))
@@ -265,7 +265,7 @@ def test_facts_from_inside_an_image_read_against_its_mounted_root(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
     facts_file = tmp_path / "facts.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "flashkit.probe", "--no-elf", "-o", str(facts_file)],
+        [sys.executable, "-m", "flashkit.doctor.probe", "--no-elf", "-o", str(facts_file)],
         capture_output=True,
         text=True,
         env=env,

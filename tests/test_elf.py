@@ -1,4 +1,4 @@
-"""flashkit.elf against real objects compiled during the test run (gcc, g++, nvcc).
+"""flashkit.binary.elf against real objects compiled during the test run (gcc, g++, nvcc).
 
 Each artifact is built from tests/fixtures/elf/ into a pytest tmp dir; a missing
 compiler skips the tests that need it and says which.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import elf
+from flashkit.binary import elf
 
 FIXTURES = Path(__file__).parent / "fixtures" / "elf"
 _spec = importlib.util.spec_from_file_location("elf_fixture_build", FIXTURES / "build.py")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flashkit import gc
-from flashkit.build import image_ref
-from flashkit.inputhash import input_hash, tag_suffix
-from flashkit.spec import load_all, load_env
+from flashkit.images import gc
+from flashkit.images.build import image_ref
+from flashkit.plan.inputhash import input_hash, tag_suffix
+from flashkit.plan.spec import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-from flashkit import hostinfo
+from flashkit.core import hostinfo
 
 
 def test_mem_gib_reads_memtotal_rounding_down(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "flashkit" / "artifact_check.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "flashkit" / "evidence" / "artifact_check.py"
 
 
 def wheel(tmp_path: Path) -> tuple[Path, str]:

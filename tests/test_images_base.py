@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flashkit import base
+from flashkit.images import base
 
 
 def apt_dir(tmp_path, sources_list="", extra=None):

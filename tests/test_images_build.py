@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from flashkit import build
-from flashkit.image_errors import BuildError
-from flashkit.spec import load_env
+from flashkit.images import build
+from flashkit.core.errors import BuildError
+from flashkit.plan.spec import load_env
 
 DOCKERFILE = (
     "ARG BASE_IMAGE=x\nFROM ${BASE_IMAGE}\nARG DEBIAN_MIRROR=http://deb.debian.org/debian\n"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from flashkit import record
-from flashkit.image_errors import RecordError
-from flashkit.record import TierResult
+from flashkit.ledger import record
+from flashkit.core.errors import RecordError
+from flashkit.ledger.record import TierResult
 
 IMG = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64

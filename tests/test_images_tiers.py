@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import tiers
-from flashkit.build import BuildResult
+from flashkit.images import tiers
+from flashkit.images.build import BuildResult
 
 # A Debian-built interpreter exports the C API from the executable itself (no libpython.so).
 PYTHON = "/usr/bin/python3"

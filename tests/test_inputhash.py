@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import inputhash
-from flashkit.spec import load_env
+from flashkit.plan import inputhash
+from flashkit.plan.spec import load_env
 
 ENV = "cu124-torch27"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import lock
-from flashkit.spec import load_all, load_env
+from flashkit.plan import lock
+from flashkit.plan.spec import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)
@@ -112,7 +112,7 @@ def test_relocking_reproduces_the_committed_bytes(env):
 
 
 def test_lock_writes_both_files_or_neither(kit_repo, monkeypatch):
-    from flashkit import atomic
+    from flashkit.core import atomic
 
     spec = load_env(kit_repo, "cu124-torch27")
     before = {p.name: p.read_bytes() for p in (kit_repo / "lockfiles").iterdir()}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashkit import record
-from flashkit.publish import (
+from flashkit.ledger import record
+from flashkit.ledger.publish import (
     DEFAULT_POLICY,
     PublishRefused,
     Target,
@@ -16,7 +16,7 @@ from flashkit.publish import (
     parse_target,
     refuse_hint,
 )
-from flashkit.record import TierResult
+from flashkit.ledger.record import TierResult
 
 H = "fk1-" + "cd" * 32
 IMG = "sha256:" + "1" * 64

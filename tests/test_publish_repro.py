@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from flashkit.repro import ImageFacts, compare_images, compare_wheels, layer_steps
+from flashkit.images.repro import ImageFacts, compare_images, compare_wheels, layer_steps
 
 
 def zip_of(path: Path, members: list[tuple[str, bytes, tuple]]) -> Path:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import record
-from flashkit.build import BuildResult, result_path
-from flashkit.inputhash import input_hash
-from flashkit.record import TierResult, write_json_atomic
-from flashkit.spec import load_env
+from flashkit.ledger import record
+from flashkit.images.build import BuildResult, result_path
+from flashkit.plan.inputhash import input_hash
+from flashkit.ledger.record import TierResult, write_json_atomic
+from flashkit.plan.spec import load_env
 
 ENV = "cu130-torch211"
 IMAGE = "sha256:" + "3" * 64
@@ -56,9 +56,9 @@ def sha(p: Path) -> str:
 @pytest.fixture
 def setup(kit_repo, cli, monkeypatch, tmp_path):
     """kit_repo whose env locks one real dependency wheel, with a build result and a verification record."""
-    from flashkit import cli as cli_mod
+    from flashkit.cli import main as cli_mod
 
-    row = ("wheelhouse", "flashkit.wheelhouse")
+    row = ("wheelhouse", "flashkit.ledger.wheelhouse")
     monkeypatch.setattr(cli_mod, "EXTENSIONS", cli_mod.EXTENSIONS + ((row,) if row not in cli_mod.EXTENSIONS else ()))
     deps = tmp_path / "deps"
     dep = make_wheel(deps, "toydep", "1.0", "toydep")

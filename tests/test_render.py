@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import inputhash, lock, render
-from flashkit.spec import load_all, load_env
+from flashkit.plan import inputhash
+from flashkit.plan import lock
+from flashkit.plan import render
+from flashkit.plan.spec import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)

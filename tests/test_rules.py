@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import compat, rules
-from flashkit.errors import RuleRejected
-from flashkit.spec import load_all, load_env
+from flashkit.plan import compat
+from flashkit.plan import rules
+from flashkit.core.errors import RuleRejected
+from flashkit.plan.spec import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)

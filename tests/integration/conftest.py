@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashkit.engine import engine_available, ensure_engine
+from flashkit.images.engine import engine_available, ensure_engine
 
 
 @pytest.fixture(scope="session")
@@ -29,10 +29,10 @@ def built_env(engine):
     import os
     from pathlib import Path
 
-    from flashkit import build
-    from flashkit.container import image_inspect
-    from flashkit.inputhash import input_hash
-    from flashkit.spec import load_env
+    from flashkit.images import build
+    from flashkit.images.container import image_inspect
+    from flashkit.plan.inputhash import input_hash
+    from flashkit.plan.spec import load_env
 
     root = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.container import BindMount, Container
+from flashkit.images.container import BindMount, Container
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +276,7 @@ def _doctor(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FLASHKIT_ROOT", None)
     return subprocess.run(
-        [sys.executable, "-m", "flashkit.doctor", "--repo", str(ROOT), *args],
+        [sys.executable, "-m", "flashkit.doctor.report", "--repo", str(ROOT), *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -327,7 +327,7 @@ def sm80_in_builder(engine, built_env, kit_wheels, tmp_path_factory):
         _checked(c.exec([*pip, "flashkit"]), "pip install flashkit")
         # the GPU to come, stated; 8.6 is a control: sm_80 code runs there
         arch_run = c.exec(["flashkit", "doctor", "--repo", "/repo", "--json", "--arch", "9.0", "--arch", "8.6"])
-        _checked(c.exec(["python3", "-m", "flashkit.probe", "-o", "/tmp/facts.json"], workdir="/tmp"), "probe")
+        _checked(c.exec(["python3", "-m", "flashkit.doctor.probe", "-o", "/tmp/facts.json"], workdir="/tmp"), "probe")
         facts = c.copy_out("/tmp/facts.json", out)
         yield {"module": module, "arch_run": arch_run, "facts": facts, "dir": out}
 

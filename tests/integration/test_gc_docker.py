@@ -23,7 +23,7 @@ def test_gc_removes_stale_tags_and_dry_run_removes_nothing(engine):
         for t in stale:
             repo, _, tag = t.rpartition(":")
             base.tag(repo, tag)
-        cmd = [sys.executable, "-m", "flashkit.cli", "--repo", str(ROOT), "gc", "--prefix", PREFIX]
+        cmd = [sys.executable, "-m", "flashkit.cli.main", "--repo", str(ROOT), "gc", "--prefix", PREFIX]
         dry = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, timeout=300)
         assert dry.returncode == 0, dry.stderr
         assert all(f"would remove  {t}" in dry.stdout for t in stale)

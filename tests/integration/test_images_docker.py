@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from flashkit import build, paths, tiers
-from flashkit.base import create_base, load_records, pinned_base
-from flashkit.container import Container, image_inspect, image_remove
-from flashkit.image_errors import BaseImageError, ContainerError
+from flashkit.images import build
+from flashkit.core import paths
+from flashkit.images import tiers
+from flashkit.images.base import create_base, load_records, pinned_base
+from flashkit.images.container import Container, image_inspect, image_remove
+from flashkit.core.errors import BaseImageError, ContainerError
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +65,8 @@ def test_pinned_base_refuses_a_retagged_image(engine, bookworm, tmp_path):
 
 
 def _built(env_id: str) -> build.BuildResult:
-    from flashkit.inputhash import input_hash
-    from flashkit.spec import load_env
+    from flashkit.plan.inputhash import input_hash
+    from flashkit.plan.spec import load_env
 
     spec = load_env(ROOT, env_id)
     res = build.load_result(ROOT, env_id, input_hash(ROOT, spec))
@@ -74,14 +76,14 @@ def _built(env_id: str) -> build.BuildResult:
 
 
 def image_inspect_safe(ref):
-    from flashkit.engine import ensure_engine
+    from flashkit.images.engine import ensure_engine
 
     return image_inspect(ensure_engine(start=False), ref)
 
 
 def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tmp_path):
     """Issue 5 acceptance: cu130-torch211's wheel dropped into cu124-torch27's image."""
-    from flashkit.spec import load_env
+    from flashkit.plan.spec import load_env
 
     donor, host = _built("cu130-torch211"), _built("cu124-torch27")
     wheel = Path(donor.wheel_path)
@@ -119,7 +121,7 @@ def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tm
 
 @pytest.mark.parametrize("env_id", [os.environ.get("FLASHKIT_TEST_ENV", "cu130-torch211")])
 def test_built_env_passes_build_abi_cpu(engine, env_id):
-    from flashkit.spec import load_env
+    from flashkit.plan.spec import load_env
 
     res = _built(env_id)
     spec = load_env(ROOT, env_id)

@@ -23,10 +23,11 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from flashkit import publish, record
-from flashkit.publish import Policy, PublishRefused, PushFailed, RegistryAPI, Target, parse_policy
-from flashkit.record import TierResult
-from flashkit.registry import LocalRegistry
+from flashkit.ledger import publish
+from flashkit.ledger import record
+from flashkit.ledger.publish import Policy, PublishRefused, PushFailed, RegistryAPI, Target, parse_policy
+from flashkit.ledger.record import TierResult
+from flashkit.images.local_registry import LocalRegistry
 
 pytestmark = [
     pytest.mark.docker,
@@ -228,10 +229,10 @@ CLI_ENV = "cu130-torch211"
 
 def built_and_verified(kit_repo: Path, engine, ref: str) -> str:
     """A build result naming the tiny image as CLI_ENV's runtime image, and a passing record; returns the input hash."""
-    from flashkit.build import BuildResult, result_path
-    from flashkit.inputhash import input_hash
-    from flashkit.record import write_json_atomic
-    from flashkit.spec import load_env
+    from flashkit.images.build import BuildResult, result_path
+    from flashkit.plan.inputhash import input_hash
+    from flashkit.ledger.record import write_json_atomic
+    from flashkit.plan.spec import load_env
 
     judged = image_id(engine, ref)
     h = input_hash(kit_repo, load_env(kit_repo, CLI_ENV))
@@ -248,7 +249,7 @@ def built_and_verified(kit_repo: Path, engine, ref: str) -> str:
 def test_cli_publishes_to_the_registry_named_by_the_environment(
     engine, registry, make_image, kit_repo, cli, monkeypatch
 ):
-    from flashkit.inputhash import tag_suffix
+    from flashkit.plan.inputhash import tag_suffix
 
     h = built_and_verified(kit_repo, engine, make_image())
     monkeypatch.setenv("FLASHKIT_REGISTRY", f"{registry.address}/org/flash")
@@ -330,7 +331,7 @@ def test_killed_publish_leaves_no_tag_in_the_target(engine, registry, make_image
     target = Target(registry.address, "org/flash")
     uploads = registry.storage / "data/docker/registry/v2/repositories/org/flash-staging/_uploads"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from flashkit.cli import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from flashkit.cli.main import main; sys.exit(main())",
          "--repo", str(kit_repo), "publish", CLI_ENV, "--registry", str(target)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip

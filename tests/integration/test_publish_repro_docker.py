@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from flashkit.container import image_inspect, image_remove
-from flashkit.repro import compare_images, image_facts
+from flashkit.images.container import image_inspect, image_remove
+from flashkit.images.repro import compare_images, image_facts
 
 pytestmark = pytest.mark.docker
 BASE = "flashkit/debian:bookworm"

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from flashkit.container import image_inspect, image_remove
-from flashkit.registry import LocalRegistry
+from flashkit.images.container import image_inspect, image_remove
+from flashkit.images.local_registry import LocalRegistry
 
 pytestmark = [
     pytest.mark.docker,

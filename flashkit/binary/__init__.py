@@ -1,0 +1,1 @@
+"""Reading compiled artifacts: ELF dynamic symbols, symbol versions, CUDA fatbins."""

@@ -1,0 +1,1 @@
+"""The command line: the only layer that parses arguments and prints."""

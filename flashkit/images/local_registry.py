@@ -1,0 +1,156 @@
+"""A real OCI registry on loopback for tests and CI: Debian's ``docker-registry`` (distribution 2.x).
+
+``LocalRegistry`` writes a temporary config (filesystem storage, HTTP on
+127.0.0.1:PORT), starts ``docker-registry serve`` with its own log, and waits
+until ``/v2/`` answers. The engine treats 127.0.0.0/8 as an insecure registry
+by default, so pushing to ``127.0.0.1:PORT/...`` needs no TLS set-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from flashkit.core.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+_CONFIG = """\
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalRegistry:
+    """``with LocalRegistry() as reg: ... reg.address`` -> "127.0.0.1:PORT"."""
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        storage: Path | None = None,
+        log_path: Path | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.port = port or free_port()
+        self._own_storage = storage is None
+        self.storage = Path(storage) if storage else Path(tempfile.mkdtemp(prefix="flashkit-registry-"))
+        self.log_path = log_path or self.storage / "registry.log"
+        self.timeout_s = timeout_s
+        self._proc: subprocess.Popen | None = None
+        self._cfg: Path | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def start(self) -> LocalRegistry:
+        exe = shutil.which("docker-registry")
+        if not exe:
+            raise EngineError(
+                "docker-registry is not installed",
+                hint="apt-get install docker-registry (Debian's distribution 2.8 package)",
+            )
+        self.storage.mkdir(parents=True, exist_ok=True)
+        fd, cfg = tempfile.mkstemp(prefix="registry-", suffix=".yml")
+        with open(fd, "w") as f:
+            f.write(_CONFIG.format(root=self.storage / "data", port=self.port))
+        self._cfg = Path(cfg)
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self._proc = subprocess.Popen(
+            [exe, "serve", cfg], stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        logf.close()
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-1500:]
+                self.stop()
+                raise EngineError(f"docker-registry exited with {self._proc.returncode} on start", detail=tail)
+            if self._answers():
+                log.info("registry at %s (pid %d, storage %s)", self.address, self._proc.pid, self.storage)
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise EngineError(
+            f"docker-registry did not answer on {self.address} within {self.timeout_s:.0f}s",
+            hint=f"see {self.log_path}",
+        )
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self._cfg is not None:
+            self._cfg.unlink(missing_ok=True)
+            self._cfg = None
+        if self._own_storage:
+            shutil.rmtree(self.storage, ignore_errors=True)
+
+    def __enter__(self) -> LocalRegistry:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("registry", help="run a local OCI registry on 127.0.0.1 (docker-registry)")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument(
+        "--storage",
+        type=Path,
+        default=Path(".work/registry"),
+        help="where pushed blobs are kept (default: .work/registry)",
+    )
+    p.set_defaults(run=run)
+    return p
+
+
+def run(args) -> int:
+    reg = LocalRegistry(port=args.port, storage=args.storage, log_path=args.storage / "registry.log")
+    reg.start()
+    print(f"registry serving at {reg.address} (storage {reg.storage}); Ctrl-C stops it")
+    try:
+        while reg._proc is not None and reg._proc.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reg.stop()
+    return 0

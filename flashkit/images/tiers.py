@@ -1,0 +1,457 @@
+"""Verification tiers run against one built artifact; each returns a TierResult with its reasons.
+
+- ``build``: the CUDA code in the wheel's compiled objects is exactly the spec's arch list.
+- ``abi``: every undefined dynamic symbol of each compiled object resolves against the
+  libraries inside the runtime image, symbol versions stay within the env's glibc policy,
+  and an abi3 object uses only the limited API of its minimum Python.
+- ``cpu``: the kernel suite's CPU tier inside the runtime container (JUnit XML counts).
+- ``gpu``: the suite's GPU tier with ``--gpus all``, or not-run with the reason.
+
+The ``abi`` tier reads the image through the running container's merged
+overlay directory, so the checks (flashkit.binary.elf, pyelftools, c++filt, abi3info)
+run on the host against the image's files without installing anything in it;
+``root`` arguments make every path resolve inside the image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from flashkit.binary import elf
+from flashkit.evidence.artifact_check import junit_counts, junit_failures  # stdlib-only: it also runs on GPU hosts
+from flashkit.images.build import BuildResult
+from flashkit.images.container import Container
+from flashkit.images.engine import Engine
+from flashkit.ledger.record import TierResult
+
+TIERS = ("build", "abi", "cpu", "gpu")
+SELFTEST = ("-m", "flash_kernels.selftest")
+# The newest glibc / libstdc++ symbol versions a wheel built on each Debian base may
+# need: the versions that suite ships (bookworm: glibc 2.36, GCC 12; trixie: glibc 2.41,
+# GCC 14). Stated as manylinux policies: the wheel runs on hosts at least that new.
+SUITE_POLICY = {
+    "bookworm": ("manylinux_2_36", "3.4.30"),
+    "trixie": ("manylinux_2_41", "3.4.33"),
+}
+DEFAULT_POLICY = ("manylinux_2_28", "3.4.24")  # torch's own wheels (2.7+) for bases we did not make
+
+# Asks the image's interpreter where things are without importing torch or the kernels.
+_PROBE = r"""
+import importlib.util, json, os, sys, sysconfig
+def loc(name):
+    spec = importlib.util.find_spec(name)
+    return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+print(json.dumps({"python": os.path.realpath(sys.executable), "version": list(sys.version_info[:2]),
+    "libpython": sysconfig.get_config_var("LDLIBRARY"), "libdir": sysconfig.get_config_var("LIBDIR"),
+    "flash_kernels": loc("flash_kernels"), "torch": loc("torch")}))
+"""
+
+
+def _result(
+    tier: str,
+    verdict: str,
+    counts: dict[str, int],
+    reasons: list[str],
+    start: float,
+    judged: dict[str, str],
+    host: dict[str, str] | None = None,
+) -> TierResult:
+    return TierResult(
+        tier=tier,
+        verdict=verdict,
+        counts=counts,
+        reasons=tuple(reasons),
+        duration_s=round(time.monotonic() - start, 1),
+        judged=judged,
+        host=host or host_facts(),
+    )
+
+
+def host_facts() -> dict[str, str]:
+    return {"hostname": platform.node(), "kernel": platform.release(), "machine": platform.machine()}
+
+
+# ---------------------------------------------------------------------------
+# build
+
+
+def expected_cuda_code(gpu_targets: tuple[str, ...]) -> tuple[set[str], set[str]]:
+    """Cubins and PTX the spec asks for: "8.0" -> sm_80; "9.0a+PTX" -> sm_90a and compute_90a."""
+    cubins, ptx = set(), set()
+    for t in gpu_targets:
+        m = re.fullmatch(r"(\d+)\.(\d)([af]?)(\+PTX)?", t)
+        if not m:
+            raise ValueError(f"gpu target {t!r} is not like '8.0', '9.0a' or '9.0+PTX'")
+        arch = f"{m.group(1)}{m.group(2)}{m.group(3)}"
+        cubins.add(f"sm_{arch}")
+        if m.group(4):
+            ptx.add(f"compute_{arch}")
+    return cubins, ptx
+
+
+def expects_cuda_binary(spec) -> bool:
+    return spec.accelerator.kind == "cuda" and "cuda" in spec.backends
+
+
+def compiled_objects(wheel: Path, dest: Path) -> list[Path]:
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
+        for n in names:
+            zf.extract(n, dest)
+    return [dest / n for n in sorted(names)]
+
+
+def tier_build(spec, res: BuildResult) -> TierResult:
+    start = time.monotonic()
+    judged = {"wheel_sha256": res.wheel_sha256, "image_id": res.runtime_id}
+    with tempfile.TemporaryDirectory(prefix="flashkit-build-tier-") as tmp:
+        objects = compiled_objects(Path(res.wheel_path), Path(tmp))
+        names = [o.relative_to(tmp).as_posix() for o in objects]
+        if not expects_cuda_binary(spec):
+            with_code = [n for n, o in zip(names, objects, strict=True) if elf.cuda_code(str(o)) is not None]
+            if with_code:
+                return _result(
+                    "build",
+                    "failed",
+                    {"checked": len(objects), "failed": len(with_code)},
+                    [
+                        f"backends {list(spec.backends)} expect no CUDA binary, but "
+                        f"{', '.join(with_code)} carry CUDA code"
+                    ],
+                    start,
+                    judged,
+                )
+            return _result(
+                "build",
+                "passed",
+                {"checked": len(objects)},
+                [
+                    f"backends {list(spec.backends)}: no CUDA binary expected and none present "
+                    f"({len(objects)} compiled objects)"
+                ],
+                start,
+                judged,
+            )
+        want_cubins, want_ptx = expected_cuda_code(spec.gpu_targets)
+        if not objects:
+            return _result(
+                "build",
+                "failed",
+                {"checked": 0, "failed": 1},
+                [
+                    f"the spec expects CUDA code for {', '.join(spec.gpu_targets)} but "
+                    f"{Path(res.wheel_path).name} has no compiled extension (a Triton-only wheel: "
+                    "see the build log for why setup.py skipped CUDA)"
+                ],
+                start,
+                judged,
+            )
+        reasons, failed, passed = [], 0, 0
+        for name, obj in zip(names, objects, strict=True):
+            code = elf.cuda_code(str(obj))
+            if code is None:
+                failed += 1
+                reasons.append(f"{name}: no .nv_fatbin section (no CUDA code)")
+                continue
+            missing_c = sorted(want_cubins - set(code.cubins))
+            extra_c = sorted(set(code.cubins) - want_cubins)
+            missing_p = sorted(want_ptx - set(code.ptx))
+            # PTX for an arch the spec lists only adds forward compatibility (flash_kernels
+            # embeds it for the newest arch by design, the generic compute_90 for a 9.0a target:
+            # arch-specific PTX would JIT nowhere else); PTX for an unlisted arch is a mismatch.
+            listed = {c.replace("sm_", "compute_") for c in want_cubins}
+            listed |= {re.sub(r"[af]$", "", c) for c in listed}
+            bonus_p = sorted((set(code.ptx) - want_ptx) & listed)
+            extra_p = sorted(set(code.ptx) - want_ptx - listed)
+            if missing_c or extra_c or missing_p or extra_p:
+                failed += 1
+                parts = [
+                    f"missing cubins {missing_c}" if missing_c else "",
+                    f"unexpected cubins {extra_c}" if extra_c else "",
+                    f"missing PTX {missing_p}" if missing_p else "",
+                    f"unexpected PTX {extra_p}" if extra_p else "",
+                ]
+                reasons.append(
+                    f"{name}: {'; '.join(p for p in parts if p)} (spec gpu_targets {list(spec.gpu_targets)})"
+                )
+            else:
+                passed += 1
+                note = f"; PTX {bonus_p} for forward compatibility" if bonus_p else ""
+                reasons.append(
+                    f"{name}: cubins {list(code.cubins)} = spec {list(spec.gpu_targets)}{note} "
+                    f"(listed via {code.source})"
+                )
+    verdict = "passed" if failed == 0 else "failed"
+    return _result(
+        "build", verdict, {"checked": len(objects), "passed": passed, "failed": failed}, reasons, start, judged
+    )
+
+
+# ---------------------------------------------------------------------------
+# abi
+
+
+def policy_for(spec) -> tuple[str, str]:
+    return SUITE_POLICY.get(spec.base.suite or "", DEFAULT_POLICY)
+
+
+def _abi3_minimum(wheel_name: str) -> tuple[int, int] | None:
+    """(3, 9) for a ...-cp39-abi3-... wheel; None when the wheel is not abi3."""
+    m = re.search(r"-cp3(\d+)-abi3-", wheel_name)
+    return (3, int(m.group(1))) if m else None
+
+
+def _in_image(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _closure(root: str, path: str, cache: elf.ObjectCache) -> list[str]:
+    """``path`` and every library the loader would load for it, inside ``root``."""
+    res = elf.resolve(path, elf.LibrarySearch(root=root), cache)
+    return [path, *[p for _, p in res.loaded]]
+
+
+def _preloads(root: str, probe: dict, cache: elf.ObjectCache) -> list[str]:
+    """What is in the process before the extension loads: the interpreter (and a shared
+    libpython), then what `import torch` loaded: torch._C and its closure."""
+    out = _closure(root, probe["python"], cache)
+    if probe.get("torch"):
+        found = sorted(Path(_in_image(root, probe["torch"])).glob("_C.*.so"))
+        if found:
+            out += _closure(root, "/" + os.path.relpath(found[0], root), cache)
+    return list(dict.fromkeys(out))
+
+
+def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[str, dict, list[str]]:
+    """The abi checks against a filesystem root; returns (verdict, counts, reasons)."""
+    pkg = probe.get("flash_kernels")
+    if not pkg:
+        return "failed", {"checked": 0, "failed": 1}, ["flash_kernels is not installed in the runtime image"]
+    objects = sorted("/" + os.path.relpath(p, root) for p in Path(_in_image(root, pkg)).rglob("*.so"))
+    if not objects:
+        if expects_cuda_binary(spec):
+            return (
+                "failed",
+                {"checked": 0, "failed": 1},
+                [f"backends {list(spec.backends)} expect a compiled extension but {pkg} holds no .so"],
+            )
+        return (
+            "passed",
+            {"checked": 0},
+            [f"backends {list(spec.backends)}: the installed package has no compiled object; nothing to resolve"],
+        )
+    cache = elf.ObjectCache(root)
+    preloaded = _preloads(root, probe, cache)
+    search = elf.LibrarySearch(root=root, preloaded=tuple(preloaded))
+    policy, glibcxx_limit = policy_for(spec)
+    glibc_limit = elf.glibc_of_policy(policy)
+    abi3_min = _abi3_minimum(wheel_name)
+    py = tuple(probe.get("version") or ())
+    reasons: list[str] = []
+    failed = passed = symbols = 0
+    for so in objects:
+        obj = cache.get(so)
+        symbols += len(obj.undefined)
+        problems: list[str] = []
+        tag = elf.extension_tag(so)
+        if tag.kind == "cpython" and tag.python != py:
+            problems.append(f"built for CPython {tag.label} but the image runs {py[0]}.{py[1]}")
+        res = elf.resolve(so, search, cache)
+        for miss in res.missing_libraries:
+            searched = ", ".join(miss.searched[:6])
+            problems.append(f"needs {miss.name}, not found in the image (searched {searched})")
+        for mv in res.missing_versions:
+            problems.append(
+                f"needs {mv.version} from {mv.library}; {mv.provider} has only "
+                f"{', '.join(mv.available[-3:]) or 'no such versions'}"
+            )
+        # C++ names first, those with a same-named definition in the image leading: they say
+        # which library version differs; C symbols of a missing library only repeat that.
+        for u in sorted(res.unresolved, key=lambda u: (not u.near_misses, not u.name.startswith("_Z"))):
+            ver = f"@{u.version}" if u.version else ""
+            hint = ""
+            if u.near_misses:
+                nm = u.near_misses[0]
+                hint = (
+                    f" (the image has `{nm.demangled}` in {os.path.basename(nm.provider)}"
+                    f"{': differs only in the C++11 string ABI' if nm.abi_only else ''})"
+                )
+            problems.append(f"undefined symbol `{u.demangled}`{ver} [{u.name}]{hint}")
+        for sym in elf.versions_newer_than(obj, "GLIBC_", glibc_limit):
+            problems.append(f"{sym.name}@{sym.version} is newer than policy {policy} (glibc {glibc_limit})")
+        for sym in elf.versions_newer_than(obj, "GLIBCXX_", glibcxx_limit):
+            problems.append(
+                f"{elf.demangle([sym.name])[sym.name]}@{sym.version} is newer than "
+                f"GLIBCXX_{glibcxx_limit} (policy {policy})"
+            )
+        if tag.kind == "abi3" or abi3_min:
+            for issue in elf.limited_api_violations(obj, abi3_min or (3, 2)):
+                problems.append(f"{issue.symbol}: {issue.reason} (wheel {wheel_name} claims abi3)")
+        if not res.demangler:
+            reasons.append("c++filt not found on this host: C++ names are shown mangled")
+        if problems:
+            failed += 1
+            shown = problems[:25]
+            more = f" ... and {len(problems) - 25} more" if len(problems) > 25 else ""
+            reasons.append(f"{so}: " + "; ".join(shown) + more)
+        else:
+            passed += 1
+            reasons.append(
+                f"{so}: all {len(obj.undefined)} undefined symbols resolve in the image "
+                f"(needs {', '.join(obj.needed)}; in scope after `import torch`: "
+                f"{len(preloaded) + len(res.loaded)} objects); glibc <= {glibc_limit}, "
+                f"GLIBCXX <= {glibcxx_limit} ({policy})"
+                + (f"; limited API of CPython {abi3_min[0]}.{abi3_min[1]} only" if abi3_min else "")
+            )
+    verdict = "passed" if failed == 0 else "failed"
+    return verdict, {"checked": len(objects), "passed": passed, "failed": failed, "symbols": symbols}, reasons
+
+
+def probe_image(c: Container) -> dict:
+    py = find_python(c)
+    out = c.exec([py, "-c", _PROBE]).check().output
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def find_python(c: Container) -> str:
+    out = c.exec(["sh", "-c", "command -v python || command -v python3"]).output.strip()
+    if not out:
+        raise RuntimeError(f"no python in {c.image}")
+    return out.splitlines()[-1]
+
+
+def tier_abi(engine: Engine, spec, res: BuildResult) -> TierResult:
+    start = time.monotonic()
+    judged = {"image_id": res.runtime_id, "wheel_sha256": res.wheel_sha256}
+    with Container(engine, res.runtime_ref, network=False) as c:
+        merged = (c.inspect().get("GraphDriver") or {}).get("Data", {}).get("MergedDir")
+        if not merged or not os.path.isdir(os.path.join(merged, "usr")):
+            return _result(
+                "abi",
+                "error",
+                {},
+                [
+                    f"cannot read the container's filesystem from this host (MergedDir {merged!r}); "
+                    "the abi tier needs a local engine with the overlay2 driver"
+                ],
+                start,
+                judged,
+            )
+        probe = probe_image(c)
+        verdict, counts, reasons = check_abi_in_root(merged, probe, Path(res.wheel_path).name, spec)
+    return _result("abi", verdict, counts, reasons, start, judged)
+
+
+# ---------------------------------------------------------------------------
+# cpu / gpu: the kernel suite inside the container
+
+
+def run_suite(
+    engine: Engine, res: BuildResult, tier: str, *, gpus: bool, on_output: Callable[[str], None] | None = None
+) -> TierResult:
+    start = time.monotonic()
+    judged = {"image_id": res.runtime_id, "wheel_sha256": res.wheel_sha256}
+    report = "/tmp/flashkit-junit.xml"
+    with Container(engine, res.runtime_ref, network=False, gpus=gpus) as c:
+        py = find_python(c)
+        facts = c.exec(
+            [
+                py,
+                "-c",
+                "import torch, json; print(json.dumps({'torch': torch.__version__, "
+                "'torch_cuda': str(torch.version.cuda), 'cuda_available': torch.cuda.is_available(), "
+                "'gpu': torch.cuda.get_device_name(0) if torch.cuda.is_available() else ''}))",
+            ]
+        )
+        host = host_facts()
+        if facts.exit_code == 0:
+            host.update({k: str(v) for k, v in json.loads(facts.output.strip().splitlines()[-1]).items()})
+        if gpus:
+            smi = c.exec(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+            if smi.exit_code == 0 and smi.output.strip():
+                name, _, driver = smi.output.strip().splitlines()[0].partition(",")
+                host.update({"gpu": name.strip(), "driver": driver.strip()})
+        run = c.exec([py, *SELFTEST, "--tier", tier, "--junitxml", report], on_output=on_output)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                xml_text = c.copy_out(report, Path(tmp)).read_text()
+            except Exception:
+                xml_text = None
+    if xml_text is None:
+        return _result(
+            tier,
+            "error",
+            {},
+            [f"the suite wrote no JUnit report (exit {run.exit_code})", run.output[-1500:]],
+            start,
+            judged,
+            host,
+        )
+    counts = junit_counts(xml_text)
+    reasons = junit_failures(xml_text)
+    if counts["failed"] or counts["errors"] or run.exit_code != 0:
+        if not reasons:
+            reasons = [f"the suite exited {run.exit_code}", run.output[-1500:]]
+        verdict = "failed"
+    elif counts["passed"] == 0:
+        verdict, reasons = "failed", [f"no test passed ({counts['skipped']} skipped): nothing was verified"]
+    else:
+        verdict = "passed"
+        reasons = [f"{counts['passed']} passed, {counts['skipped']} skipped of {counts['tests']}"]
+    return _result(tier, verdict, counts, reasons, start, judged, host)
+
+
+def host_gpu() -> str | None:
+    """Why this host cannot run the GPU tier, or None when it can."""
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        return "this host has no NVIDIA GPU (no /dev/nvidia0)"
+    return None
+
+
+def tier_gpu(engine: Engine, res: BuildResult, **kw) -> TierResult:
+    why = host_gpu()
+    if why is None:
+        runtimes = engine.sdk().info().get("Runtimes", {})
+        if "nvidia" not in runtimes:
+            why = "the docker engine has no nvidia runtime (install nvidia-container-toolkit)"
+    if why:
+        return TierResult(
+            tier="gpu",
+            verdict="not-run",
+            counts={},
+            reasons=(why,),
+            duration_s=0.0,
+            judged={"image_id": res.runtime_id},
+            host=host_facts(),
+        )
+    return run_suite(engine, res, "gpu", gpus=True, **kw)
+
+
+def run_tiers(
+    engine: Engine,
+    spec,
+    res: BuildResult,
+    names: tuple[str, ...] = TIERS,
+    on_output: Callable[[str], None] | None = None,
+) -> list[TierResult]:
+    out = []
+    for name in names:
+        if name == "build":
+            out.append(tier_build(spec, res))
+        elif name == "abi":
+            out.append(tier_abi(engine, spec, res))
+        elif name == "cpu":
+            out.append(run_suite(engine, res, "cpu", gpus=False, on_output=on_output))
+        elif name == "gpu":
+            out.append(tier_gpu(engine, res, on_output=on_output))
+        else:
+            raise ValueError(f"unknown tier {name!r}; tiers: {', '.join(TIERS)}")
+    return out

@@ -1,0 +1,179 @@
+"""Compatibility facts as data: what torch, CUDA, ROCm, Debian and the vendor images provide.
+
+Every table says where its rows came from. The rules in flashkit.plan.rules read these tables; adding a
+torch release or a Debian suite is a data change here, not a code change there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+# Python versions with a CPython (not free-threaded) manylinux x86_64 wheel on PyPI, per torch series.
+# Source: PyPI's simple index for torch, read 2026-11-30 (every patch release of a series agrees).
+TORCH_PYTHONS: dict[str, tuple[str, ...]] = {
+    "2.0": ("3.8", "3.9", "3.10", "3.11"),
+    "2.1": ("3.8", "3.9", "3.10", "3.11"),
+    "2.2": ("3.8", "3.9", "3.10", "3.11", "3.12"),
+    "2.3": ("3.8", "3.9", "3.10", "3.11", "3.12"),
+    "2.4": ("3.8", "3.9", "3.10", "3.11", "3.12"),
+    "2.5": ("3.9", "3.10", "3.11", "3.12", "3.13"),
+    "2.6": ("3.9", "3.10", "3.11", "3.12", "3.13"),
+    "2.7": ("3.9", "3.10", "3.11", "3.12", "3.13"),
+    "2.8": ("3.9", "3.10", "3.11", "3.12", "3.13"),
+    "2.9": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "2.10": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "2.11": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "2.12": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "2.13": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "2.14": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "2.15": ("3.11", "3.12", "3.13", "3.14", "3.15"),
+}
+
+# CUDA version the default Linux x86_64 torch wheel on PyPI is built with, per torch series.
+# Source: FACTS.md (2026-11-30), re-checked for 2.6-2.15 against the wheels' dependencies (2.6-2.10:
+# nvidia-cuda-runtime-cu12==12.4/12.6/12.8; 2.11-2.14: cuda-toolkit==13.0.x; 2.15: cuda-toolkit==13.2.2).
+TORCH_DEFAULT_CUDA: dict[str, str] = {
+    "2.4": "12.1",
+    "2.5": "12.4",
+    "2.6": "12.4",
+    "2.7": "12.6",
+    "2.8": "12.8",
+    "2.9": "12.8",
+    "2.10": "12.8",
+    "2.11": "13.0",
+    "2.12": "13.0",
+    "2.13": "13.0",
+    "2.14": "13.0",
+    "2.15": "13.2",
+}
+
+# From torch 2.7 the PyPI wheels are manylinux_2_28 and built with the cxx11 ABI; older ones are not.
+PYPI_CXX11_ABI_FROM = Version("2.7")
+
+# CUDA 13 support arrived in torch 2.9 (first release with CUDA 13 builds).
+CUDA13_MIN_TORCH = Version("2.9")
+
+
+@dataclass(frozen=True)
+class ArchSupport:
+    min_cuda: Version
+    # First CUDA major that dropped the target (None: still supported).
+    dropped_in_major: int | None = None
+
+
+# Compute capabilities nvcc can target, with the first CUDA release that knows them. Source: CUDA
+# toolkit release notes (sm_90 since 11.8; sm_100/sm_120 since 12.8; sm_103/sm_121 since 12.9;
+# CUDA 13.0 dropped sm_5x-sm_72 and renamed Thor's sm_101 to sm_110).
+CUDA_ARCHS: dict[str, ArchSupport] = {
+    "7.0": ArchSupport(Version("9.0"), dropped_in_major=13),
+    "7.5": ArchSupport(Version("10.0")),
+    "8.0": ArchSupport(Version("11.0")),
+    "8.6": ArchSupport(Version("11.1")),
+    "8.7": ArchSupport(Version("11.4")),
+    "8.9": ArchSupport(Version("11.8")),
+    "9.0": ArchSupport(Version("11.8")),
+    "10.0": ArchSupport(Version("12.8")),
+    "10.3": ArchSupport(Version("12.9")),
+    "11.0": ArchSupport(Version("13.0")),
+    "12.0": ArchSupport(Version("12.8")),
+    "12.1": ArchSupport(Version("12.9")),
+}
+# Arch-specific ("9.0a") targets need CUDA 12.0; family-specific ("10.0f") targets need CUDA 12.9.
+ARCH_SUFFIX_MIN_CUDA = {"a": Version("12.0"), "f": Version("12.9")}
+
+# flash_kernels' CUDA path uses Ampere features (cp.async, bf16 mma): sm_80 is the floor.
+KERNELS_MIN_SM = Version("8.0")
+
+# AMD GPU targets with the first ROCm release that supports them. Source: ROCm release notes
+# (MI200 gfx90a from 5.0, MI300 gfx942 from 6.0, MI350 gfx950 from 7.0).
+ROCM_GFX: dict[str, Version] = {
+    "gfx90a": Version("5.0"),
+    "gfx942": Version("6.0"),
+    "gfx950": Version("7.0"),
+}
+
+
+@dataclass(frozen=True)
+class DebianSuite:
+    python: str
+    cuda: str | None  # CUDA version of the suite's non-free nvidia-cuda-toolkit
+    toolkit_version: str | None  # exact Debian version of nvidia-cuda-toolkit
+    # Exact versions of the packages the template installs; `apt-get install pkg=version` fails loudly
+    # when the mirror no longer carries them, which is the reproducible failure we want.
+    packages: dict[str, str]
+    # nvcc of this suite accepts GCC up to this major; the extension is compiled with it.
+    cuda_host_gcc: str | None = None
+
+
+# Source: `apt-cache madison` against deb.debian.org (trixie and bookworm main + non-free), 2026-11-30.
+DEBIAN_SUITES: dict[str, DebianSuite] = {
+    "bookworm": DebianSuite(
+        python="3.11",
+        cuda="11.8",
+        toolkit_version="11.8.89~11.8.0-5~deb12u1",
+        packages={
+            "python3": "3.11.2-1+b1",
+            "python3-venv": "3.11.2-1+b1",
+            "python3-dev": "3.11.2-1+b1",
+            "g++": "4:12.2.0-3",
+            "ca-certificates": "20230311+deb12u1",
+        },
+    ),
+    "trixie": DebianSuite(
+        python="3.13",
+        cuda="12.4",
+        toolkit_version="12.4.131~12.4.1-2",
+        packages={
+            "python3": "3.13.5-1",
+            "python3-venv": "3.13.5-1",
+            "python3-dev": "3.13.5-1",
+            "g++": "4:14.2.0-1",
+            "g++-13": "13.3.0-16",
+            "ca-certificates": "20250419+deb13u1",
+        },
+        cuda_host_gcc="13",
+    ),
+}
+
+# The PyPI nvcc wheels: only the CUDA 13 series ships the nvcc driver (the -cu12 wheels carry ptxas
+# and libnvvm only, FACTS.md). nvcc, nvvm and crt must share one exact version.
+PYPI_NVCC_MIN_MAJOR = 13
+PYPI_NVCC_SAME_VERSION = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt")
+
+# The kernel suite's CPU tier runs Triton's interpreter, which the triton that torch 2.7 and 2.11 pin
+# (3.3.1, 3.6.0) cannot run under numpy >= 2.4: 71 of 95 CPU tests failed in both images with
+# "InterpreterError: only 0-dimensional arrays can be converted to Python scalars"; numpy 2.3.5 passed
+# all of them (2026-11-30, flashkit test cu130-torch211 / cu124-torch27).
+NUMPY_FOR_TRITON_INTERPRETER = "numpy<2.4"
+
+# Python of the Ubuntu releases nvidia/cuda images are built on.
+UBUNTU_PYTHON: dict[str, str] = {"22.04": "3.10", "24.04": "3.12"}
+
+
+@dataclass(frozen=True)
+class NgcRelease:
+    torch: str
+    cuda: str
+    python: str
+    source: str
+
+
+# NGC PyTorch container contents. Source: NVIDIA's PyTorch release notes (docs.nvidia.com/deeplearning/
+# frameworks/pytorch-release-notes/rel-25-12.html): based on CUDA 13.1.0, PyTorch 2.10.0a0+b4e4ee81d3,
+# installed under /usr/local/lib/python3.12/dist-packages.
+NGC_RELEASES: dict[str, NgcRelease] = {
+    "25.12": NgcRelease(
+        torch="2.10.0a0+b4e4ee81d3",
+        cuda="13.1",
+        python="3.12",
+        source="https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/rel-25-12.html",
+    ),
+}
+
+
+def series(version: str) -> str:
+    """``"2.7"`` for ``"2.7.1"`` or ``"2.10.0a0+b4e4ee81d3"``."""
+    v = Version(version)
+    return f"{v.major}.{v.minor}"

@@ -1,0 +1,324 @@
+"""Hash-pinned lockfiles, resolved for the env's Python and platform without running the image.
+
+Two files per env, disjoint, resolved together so that their versions agree:
+- ``lockfiles/<id>.txt``        runtime set: what the published image installs (torch, numpy, pytest...)
+- ``lockfiles/<id>.build.txt``  builder-only additions: the toolchain (ninja, setuptools, PyPI nvcc...)
+The builder installs both with ``pip install --require-hashes --no-deps``; the runtime only the first.
+
+Resolution: uv's ``pip compile --python-version --python-platform --generate-hashes`` with
+``--exclude-newer`` set from the spec, so re-locking later gives the same pins. The header is fixed
+text derived from the spec (no timestamps, no uv version), which also makes a lock whose inputs no
+longer match its spec detectable offline ("stale").
+For envs whose torch comes from the base image (NGC, ROCm) only what is added on top is locked.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from flashkit.plan import compat
+from flashkit.core import paths
+from flashkit.core.atomic import write_texts_atomic
+from flashkit.core.errors import LockError, ToolError
+from flashkit.plan.spec import EnvSpec
+
+PLATFORM = "x86_64-manylinux_2_28"
+HEADER_MARK = "# flashkit lock"
+
+
+@dataclass(frozen=True)
+class LockInputs:
+    runtime: tuple[str, ...]
+    build: tuple[str, ...]
+
+
+def inputs(spec: EnvSpec) -> LockInputs:
+    """The requirement sets the lock is resolved from, derived from the spec alone."""
+    if spec.torch_source == "base-image":
+        # torch, numpy and the build toolchain are the image's own; we add the test runner only.
+        return LockInputs(runtime=("pytest",), build=())
+    runtime = (f"torch=={spec.torch}", compat.NUMPY_FOR_TRITON_INTERPRETER, "pytest")
+    build = ["ninja", "packaging", "setuptools", "wheel"]
+    if spec.compiler.source == "pypi":
+        v = spec.compiler.version
+        series = compat.series(v)
+        nxt = f"{series.split('.')[0]}.{int(series.split('.')[1]) + 1}"
+        build += [f"{name}=={v}" for name in compat.PYPI_NVCC_SAME_VERSION]
+        # cccl headers must come from the same CUDA release as nvcc; cudart only needs the same major
+        # (torch pins its own cudart, and libcudart.so.13 is ABI-stable within the major).
+        build += [
+            f"nvidia-cuda-cccl>={series},<{nxt}",
+            f"nvidia-cuda-runtime>={spec.accelerator.major},<{spec.accelerator.major + 1}",
+        ]
+    return LockInputs(runtime=runtime, build=tuple(build))
+
+
+def resolver_args(spec: EnvSpec) -> list[str]:
+    return [
+        "pip",
+        "compile",
+        "--no-config",
+        "--no-python-downloads",
+        "--quiet",
+        "--python-version",
+        spec.python,
+        "--python-platform",
+        PLATFORM,
+        "--generate-hashes",
+        "--exclude-newer",
+        spec.lock_exclude_newer,
+        "--no-header",
+        "--annotation-style",
+        "line",
+    ]
+
+
+def header(spec: EnvSpec, kind: str) -> str:
+    li = inputs(spec)
+    reqs = li.runtime if kind == "runtime" else li.runtime + li.build
+    what = (
+        "runtime set: installed in the published image"
+        if kind == "runtime"
+        else "builder-only additions: installed in the builder stage together with the runtime set"
+    )
+    lines = [
+        f"{HEADER_MARK} {spec.id} ({what})",
+        f"# regenerate: flashkit lock {spec.id}",
+        f"# resolver: uv {' '.join(resolver_args(spec))}",
+        f"# inputs: {' '.join(reqs)}",
+    ]
+    if spec.torch_source == "base-image":
+        lines.append(
+            f"# torch and the toolchain come from the base image {spec.base.ref}; only additions are locked here"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing and offline consistency
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str  # canonical name
+    version: str
+    hashes: tuple[str, ...]
+
+
+_PIN_RE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[^\s\\;]+)")
+
+
+def parse(text: str) -> tuple[list[Pin], list[str]]:
+    """Pins in a requirements file written by uv, and problems with lines that are not pins."""
+    pins: list[Pin] = []
+    problems: list[str] = []
+    logical: list[str] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            if buf:
+                logical.append(buf)
+                buf = ""
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        logical.append(buf)
+        buf = ""
+    if buf:
+        logical.append(buf)
+    for entry in logical:
+        parts = entry.split()
+        if not parts:
+            continue
+        m = _PIN_RE.match(parts[0])
+        if not m:
+            problems.append(f"not an exact pin: {parts[0]!r}")
+            continue
+        hashes = tuple(p.split("=", 1)[1] for p in parts[1:] if p.startswith("--hash="))
+        others = [p for p in parts[1:] if not p.startswith("--hash=")]
+        if others:
+            problems.append(f"{m['name']}: unexpected options {' '.join(others)}")
+        pins.append(Pin(canonicalize_name(m["name"]), m["version"], hashes))
+    return pins, problems
+
+
+def check(spec: EnvSpec, runtime_text: str, build_text: str) -> list[str]:
+    """Every reason the committed lockfiles do not match the spec (empty: consistent). Offline."""
+    problems: list[str] = []
+    for kind, text in (("runtime", runtime_text), ("build", build_text)):
+        want = header(spec, kind)
+        if not text.startswith(want):
+            problems.append(
+                f"{kind} lock is stale: its header does not match the spec's inputs; run `flashkit lock {spec.id}`"
+            )
+    rt, p1 = parse(runtime_text)
+    bd, p2 = parse(build_text)
+    problems += [f"runtime lock: {p}" for p in p1] + [f"build lock: {p}" for p in p2]
+    for kind, pins in (("runtime", rt), ("build", bd)):
+        for pin in pins:
+            if not pin.hashes:
+                problems.append(f"{kind} lock: {pin.name}=={pin.version} has no --hash")
+            if any(not re.match(r"^sha256:[0-9a-f]{64}$", h) for h in pin.hashes):
+                problems.append(f"{kind} lock: {pin.name} has a hash that is not sha256")
+    names_rt = {p.name: p for p in rt}
+    names_bd = {p.name: p for p in bd}
+    both = sorted(set(names_rt) & set(names_bd))
+    if both:
+        problems.append(f"packages in both the runtime and the build lock: {', '.join(both)}")
+    if not rt:
+        problems.append("runtime lock holds no packages")
+    li = inputs(spec)
+    allpins = {**names_bd, **names_rt}
+    for req_text in li.runtime + li.build:
+        try:
+            req = Requirement(req_text)
+        except InvalidRequirement:  # pragma: no cover - inputs() writes valid requirements
+            continue
+        pin = allpins.get(canonicalize_name(req.name))
+        if pin is None:
+            problems.append(f"{req.name} (an input) is missing from the lock")
+        elif not req.specifier.contains(pin.version, prereleases=True):
+            problems.append(f"{req.name}=={pin.version} in the lock does not satisfy the input {req_text}")
+        elif req_text in li.runtime and pin.name not in names_rt:
+            problems.append(f"{req.name} is a runtime input but is only in the build lock")
+    if spec.torch_source == "pypi":
+        torch = names_rt.get("torch")
+        if torch is not None and torch.version != spec.torch:
+            problems.append(f"torch=={torch.version} in the lock but the spec says {spec.torch}")
+    if spec.compiler.source == "pypi":
+        versions = {
+            n: allpins[canonicalize_name(n)].version
+            for n in compat.PYPI_NVCC_SAME_VERSION
+            if canonicalize_name(n) in allpins
+        }
+        if len(set(versions.values())) > 1:
+            problems.append(
+                "nvcc, nvvm and crt must share one version: " + ", ".join(f"{k}=={v}" for k, v in versions.items())
+            )
+        cccl = allpins.get("nvidia-cuda-cccl")
+        if cccl is not None and compat.series(cccl.version) != compat.series(spec.compiler.version):
+            problems.append(
+                f"nvidia-cuda-cccl=={cccl.version} is not from the CUDA {compat.series(spec.compiler.version)} release of nvcc {spec.compiler.version}"
+            )
+        # The compiler proper stays out of the published image (cudart and cccl may be torch's own deps).
+        for name in compat.PYPI_NVCC_SAME_VERSION:
+            if canonicalize_name(name) in names_rt:
+                problems.append(f"{name} is a compiler component and must not be in the runtime lock")
+    return problems
+
+
+@dataclass(frozen=True)
+class LockTexts:
+    runtime: str
+    build: str
+
+
+def read(repo_root: Path, spec: EnvSpec) -> LockTexts:
+    rp, bp = paths.lock_file(repo_root, str(spec.id)), paths.build_lock_file(repo_root, str(spec.id))
+    missing = [paths.rel(repo_root, p) for p in (rp, bp) if not p.is_file()]
+    if missing:
+        raise LockError(
+            f"{spec.id}: lockfile missing: {', '.join(missing)}. Run `flashkit lock {spec.id}` (needs PyPI)."
+        )
+    return LockTexts(rp.read_text(encoding="utf-8"), bp.read_text(encoding="utf-8"))
+
+
+def read_checked(repo_root: Path, spec: EnvSpec) -> LockTexts:
+    texts = read(repo_root, spec)
+    problems = check(spec, texts.runtime, texts.build)
+    if problems:
+        raise LockError(f"{spec.id}: lockfiles are inconsistent with the spec:\n  - " + "\n  - ".join(problems))
+    return texts
+
+
+# --------------------------------------------------------------------------------------------------
+# Resolving (the network edge)
+
+
+def _uv() -> str:
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # the `uv` PyPI package ships the binary beside this helper
+    except ImportError:
+        find_uv_bin = None
+    if find_uv_bin is not None:
+        try:
+            return find_uv_bin()
+        except FileNotFoundError:
+            pass
+    raise ToolError("uv is not installed: `pip install uv` (it is a dependency of flashkit)")
+
+
+def _compile(uv: str, spec: EnvSpec, reqs: tuple[str, ...], constraints: str | None) -> str:
+    with tempfile.TemporaryDirectory(prefix="flashkit-lock-") as tmp:
+        # A fixed file name in a fresh directory keeps uv's "# via -r requirements.in" identical on
+        # every machine.
+        Path(tmp, "requirements.in").write_text("\n".join(reqs) + "\n", encoding="utf-8")
+        args = [uv, *resolver_args(spec)]
+        if constraints is not None:
+            Path(tmp, "constraints.txt").write_text(constraints, encoding="utf-8")
+            args += ["-c", "constraints.txt"]
+        args.append("requirements.in")
+        try:
+            proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=900)
+        except OSError as exc:
+            raise ToolError(f"could not run uv ({uv}): {exc}") from None
+        except subprocess.TimeoutExpired:
+            raise LockError(f"{spec.id}: uv pip compile did not finish in 15 minutes") from None
+    if proc.returncode != 0:
+        raise LockError(
+            f"{spec.id}: uv could not resolve {' '.join(reqs)} for Python {spec.python} on {PLATFORM}:\n{proc.stderr.strip()}"
+        )
+    return proc.stdout
+
+
+def resolve(spec: EnvSpec) -> LockTexts:
+    """Resolve both sets with uv (needs PyPI). Pure output: nothing is written."""
+    uv = _uv()
+    li = inputs(spec)
+    combined = _compile(uv, spec, li.runtime + li.build, None)
+    pins, problems = parse(combined)
+    if problems:
+        raise LockError(f"{spec.id}: unexpected resolver output: {'; '.join(problems)}")
+    # Resolving the runtime set under the combined pins makes it a subset that agrees version for version.
+    constraints = "".join(f"{p.name}=={p.version}\n" for p in pins)
+    runtime = _compile(uv, spec, li.runtime, constraints) if li.runtime else ""
+    rt_names = {p.name for p in parse(runtime)[0]}
+    build_lines = _blocks_except(combined, rt_names)
+    texts = LockTexts(header(spec, "runtime") + runtime, header(spec, "build") + build_lines)
+    problems = check(spec, texts.runtime, texts.build)
+    if problems:
+        raise LockError(f"{spec.id}: the resolved lock fails its own checks:\n  - " + "\n  - ".join(problems))
+    return texts
+
+
+def _blocks_except(text: str, drop: set[str]) -> str:
+    """uv's output minus the blocks (pin, hashes, via-comment) of the named packages."""
+    out: list[str] = []
+    keep = True
+    for line in text.splitlines(keepends=True):
+        if line and not line[0].isspace() and not line.startswith("#"):
+            m = _PIN_RE.match(line)
+            keep = not (m and canonicalize_name(m["name"]) in drop)
+        if keep:
+            out.append(line)
+    return "".join(out)
+
+
+def write(repo_root: Path, spec: EnvSpec, texts: LockTexts) -> list[Path]:
+    rp, bp = paths.lock_file(repo_root, str(spec.id)), paths.build_lock_file(repo_root, str(spec.id))
+    write_texts_atomic({rp: texts.runtime, bp: texts.build})
+    return [rp, bp]

@@ -1,0 +1,207 @@
+"""Rendering an env into a Dockerfile: a pure function of the spec, the lockfiles, the template, the
+input hash and the build host's memory (passed in, never probed here). Same inputs, same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from flashkit.plan import compat
+from flashkit.core import paths
+from flashkit.plan.spec import EnvSpec
+
+RUNTIME_UID = 10001  # fixed, above the distributions' dynamic range, so file ownership is predictable
+APT_MIRROR_DEFAULT = "http://deb.debian.org/debian"  # plain http works in containers without the proxy CA
+UBUNTU_UNPINNED = (
+    "Unpinned on purpose: Ubuntu's archive is unreachable from this project's hosts, so exact versions "
+    "cannot be looked up or verified here; the base image digest fixes the starting point."
+)
+
+
+@dataclass(frozen=True)
+class JobSizing:
+    max_jobs: int
+    nvcc_threads: int
+
+
+def job_sizing(host_mem_gib: int) -> JobSizing:
+    """Compile parallelism that fits the build host's memory (compile OOM is the classic failure).
+
+    nvcc on attention kernels peaks around 3-4 GiB per thread; budget 4 GiB per (job x nvcc thread)
+    and keep a quarter of memory for everything else. Cores are left to ninja's own default.
+    """
+    if host_mem_gib < 1:
+        raise ValueError(f"build host memory must be at least 1 GiB, got {host_mem_gib}")
+    nvcc_threads = 2 if host_mem_gib >= 16 else 1
+    max_jobs = max(1, min(16, (host_mem_gib * 3 // 4) // (4 * nvcc_threads)))
+    return JobSizing(max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _apt_packages(spec: EnvSpec) -> tuple[list[str], list[str], str | None]:
+    """(builder packages, runtime packages, reason they are unpinned or None)."""
+    if spec.base.flavor == "debian":
+        suite = compat.DEBIAN_SUITES[spec.base.suite]
+        pin = suite.packages
+        builder = ["python3", "python3-venv", "python3-dev", "g++"]
+        if spec.compiler.source == "debian":
+            builder.append(f"g++-{suite.cuda_host_gcc}")
+        out = [f"{p}={pin[p]}" for p in builder]
+        if spec.compiler.source == "debian":
+            out.append(f"nvidia-cuda-toolkit={spec.compiler.version}")
+        runtime = [f"{p}={pin[p]}" for p in ("python3", "python3-venv")]
+        return sorted(out), sorted(runtime), None
+    if spec.base.flavor == "cuda":
+        py = f"python{spec.python}"
+        return [f"{py}", f"{py}-dev", f"{py}-venv", "g++"], [py, f"{py}-venv"], UBUNTU_UNPINNED
+    return [], [], None
+
+
+ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01T00:00:00Z
+
+
+def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: str, host_mem_gib: int) -> dict:
+    flavor = spec.base.flavor
+    sizing = job_sizing(host_mem_gib)
+    venv = flavor in ("debian", "cuda")
+    apt_builder, apt_runtime, unpinned = _apt_packages(spec)
+    py = "/opt/venv/bin/python" if venv else "python3"
+    cuda_home = None
+    if spec.compiler.source == "debian":
+        cuda_home = "/usr"
+    elif spec.compiler.source == "pypi":
+        cuda_home = f"/opt/venv/lib/python{spec.python}/site-packages/nvidia/cu{spec.accelerator.major}"
+    elif flavor == "cuda":
+        cuda_home = "/usr/local/cuda"
+    if spec.accelerator.kind == "cuda":
+        arch_env, arch_value = "TORCH_CUDA_ARCH_LIST", ";".join(spec.gpu_targets)
+    else:
+        arch_env, arch_value = "PYTORCH_ROCM_ARCH", ";".join(spec.gpu_targets)
+    runtime_lock = f"{paths.LOCKFILES_DIR}/{spec.id}.txt"
+    build_lock = f"{paths.LOCKFILES_DIR}/{spec.id}.build.txt"
+    from flashkit.plan import lock
+
+    has_build_pins = bool(lock.parse(build_lock_text)[0])
+    if flavor in ("ngc", "rocm"):
+        compiler_note = f"the {flavor} base image itself carries the compiler (torch lives in it)"
+    else:
+        compiler_note = "no compiler"
+    return {
+        "env_id": str(spec.id),
+        "flavor": flavor,
+        "torch": spec.torch,
+        "python": spec.python,
+        "cxx11_abi": spec.cxx11_abi,
+        "accel_kind": spec.accelerator.kind,
+        "accel_version": spec.accelerator.version,
+        "accel_major": spec.accelerator.major,
+        "accel_label": str(spec.accelerator),
+        "gpu_targets": list(spec.gpu_targets),
+        "backends": list(spec.backends),
+        "base_ref": spec.base.ref,
+        "base_digest": spec.base.digest,
+        "base_image": spec.base.image,
+        "runtime_image": spec.base.runtime_image,
+        "runtime_ref": spec.base.runtime_ref or spec.base.ref,
+        "runtime_digest": spec.base.runtime_digest if spec.base.runtime_ref else spec.base.digest,
+        "apt_suite": spec.base.suite if flavor == "debian" else None,
+        "apt_components": "main contrib non-free" if spec.compiler.source == "debian" else "main",
+        "apt_mirror_default": APT_MIRROR_DEFAULT,
+        "apt_builder": apt_builder,
+        "apt_runtime": apt_runtime,
+        "apt_unpinned_reason": unpinned,
+        "venv": venv,
+        "system_python": f"python{spec.python}",
+        "py": py,
+        "pip_env": "" if venv else "PIP_BREAK_SYSTEM_PACKAGES=1 ",
+        "builder_locks": [runtime_lock, build_lock] if has_build_pins else [runtime_lock],
+        "runtime_locks": [runtime_lock],
+        "pypi_nvcc": spec.compiler.source == "pypi",
+        "cuda_home": cuda_home,
+        "arch_env": arch_env,
+        "arch_value": arch_value,
+        "build_cuda": 1 if "cuda" in spec.backends else 0,
+        "kernel_source": spec.kernel_source,
+        "max_jobs": sizing.max_jobs,
+        "nvcc_threads": sizing.nvcc_threads,
+        "host_mem_gib": host_mem_gib,
+        "uid": RUNTIME_UID,
+        "runtime_compiler_note": compiler_note,
+        "lock_sha256": sha256_text(lock_text),
+        "build_lock_sha256": sha256_text(build_lock_text),
+        "input_hash": input_hash,
+        "input_hash_short": input_hash.split("-", 1)[-1][:16],
+        "source_date_epoch": source_date_epoch(spec),
+    }
+
+
+def source_date_epoch(spec: EnvSpec) -> int:
+    """The instant the env's lock resolves at, as SOURCE_DATE_EPOCH for the wheel build.
+
+    A spec input rather than the build time, so every build of one input hash stamps the same dates
+    into the wheel; zip cannot store dates before 1980, hence the floor.
+    """
+    instant = datetime.datetime.fromisoformat(spec.lock_exclude_newer.replace("Z", "+00:00"))
+    return max(int(instant.timestamp()), ZIP_EPOCH_FLOOR)
+
+
+@functools.lru_cache(maxsize=4)
+def _compile(template_text: str) -> jinja2.Template:
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # the output is a Dockerfile, not HTML; values are validated by flashkit.plan.spec
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env.from_string(template_text)
+
+
+def render_dockerfile(
+    spec: EnvSpec,
+    lock_text: str,
+    build_lock_text: str = "",
+    *,
+    template_text: str,
+    input_hash: str,
+    host_mem_gib: int,
+) -> str:
+    """The Dockerfile for ``spec``. Pure and deterministic: same arguments, same string."""
+    ctx = context(
+        spec, lock_text=lock_text, build_lock_text=build_lock_text, input_hash=input_hash, host_mem_gib=host_mem_gib
+    )
+    text = _compile(template_text).render(**ctx)
+    # Tidy whitespace the template's conditionals leave behind; deterministic by construction.
+    text = "\n".join(line.rstrip() for line in text.splitlines())
+    text = re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
+    return text
+
+
+def read_template(repo_root: Path) -> str:
+    return (Path(repo_root) / paths.TEMPLATE).read_text(encoding="utf-8")
+
+
+def render_env(repo_root: Path, spec: EnvSpec, *, host_mem_gib: int) -> str:
+    """Read the env's inputs from the repository, check the locks, compute the hash, render."""
+    from flashkit.plan import inputhash
+    from flashkit.plan import lock
+
+    texts = lock.read_checked(repo_root, spec)
+    return render_dockerfile(
+        spec,
+        texts.runtime,
+        texts.build,
+        template_text=read_template(repo_root),
+        input_hash=inputhash.input_hash(repo_root, spec),
+        host_mem_gib=host_mem_gib,
+    )
