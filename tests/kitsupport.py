@@ -17,10 +17,98 @@ FAKE_KERNELS = {
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every file under root with its content hash: to prove a failing command wrote nothing."""
+    """Every file under root with its content hash: to prove a failing command wrote nothing. Symlinks
+    and special files (a test's FIFO) are listed by what they are, never opened."""
     out = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for f in files:
+    for dirpath, dirs, files in os.walk(root):
+        for f in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
             p = Path(dirpath, f)
-            out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+            key = p.relative_to(root).as_posix()
+            if p.is_symlink():
+                out[key] = "symlink:" + os.readlink(p)
+            elif p.is_file():
+                out[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[key] = "special"
     return out
+
+
+def input_hash(root: Path, env: str) -> str:
+    """The env's input hash, as every command computes it (through its Plan)."""
+    from flashkit.plan.plan import load_plan
+
+    return load_plan(root, env).input_hash
+
+
+def dockerfile(root: Path, env: str, mem: int = 24) -> str:
+    from flashkit.plan.plan import load_plan
+    from flashkit.plan.render import render_dockerfile
+
+    return render_dockerfile(load_plan(root, env), host_mem_gib=mem)
+
+
+# -- ledger facts for tests: the same constructors the kit uses, with defaults a test can override ----------
+SUITE_COUNTS = {"tests": 4, "passed": 3, "skipped": 1, "failed": 0, "errors": 0}
+CHECK_COUNTS = {"checked": 1, "passed": 1, "failed": 0}
+H1 = "fk1-" + "ab" * 32
+H2 = "fk1-" + "cd" * 32
+
+
+def digest(n: int | str) -> str:
+    return "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def artifact(
+    env: str = "cu130-torch211",
+    h: str = H1,
+    image: str | None = None,
+    wheel: str | None = None,
+    date: str = "2026-11-30T10:00:00+00:00",
+):
+    from flashkit.ledger.model import Artifact
+
+    return Artifact(
+        env=env,
+        input_hash=h,
+        date=date,
+        image_id=image or digest("image"),
+        image_ref=f"flashkit/{env}:{h[:20]}",
+        runtime_size=1,
+        builder_id=digest("builder"),
+        builder_size=1,
+        base_image_id=None,
+        wheel="flash_kernels-0.1.0-cp310-abi3-linux_x86_64.whl",
+        wheel_sha256=wheel or digest("wheel")[7:],
+        lock_sha256="0" * 64,
+    )
+
+
+def verdict(
+    art, tier: str, result: str = "passed", *, date: str = "2026-11-30T11:00:00+00:00", counts=None, image_context=True
+):
+    from flashkit.core.names import Tier, Verdict
+    from flashkit.ledger.model import VerdictFact
+
+    t = Tier(tier)
+    if counts is None:
+        counts = (SUITE_COUNTS if t.runs_a_suite else CHECK_COUNTS) if result == "passed" else {}
+    return VerdictFact(
+        env=art.env,
+        input_hash=art.input_hash,
+        date=date,
+        tier=t,
+        verdict=Verdict(result),
+        subject=art.subject(t.subject),
+        counts=dict(counts),
+        reasons=(f"{tier} {result} in this test",),
+        duration_s=0.1,
+        host={"hostname": "test"},
+        source="build-host",
+        context={"image_id": art.image_id, "wheel_sha256": art.wheel_sha256} if image_context else {},
+    )
+
+
+def full_ledger(root: Path, art, tiers=("build", "abi", "cpu", "artifact-gpu"), result: str = "passed") -> None:
+    from flashkit.ledger import store
+
+    store.append(root, art.env, [art, *(verdict(art, t, result) for t in tiers)])

@@ -306,9 +306,9 @@ def test_lock_refuses_bad_spec_without_touching_lockfiles(case: Bad, kit_repo, c
     env_id = _write_case(kit_repo, case)
     before = tree_snapshot(kit_repo)
     # Validation and rules run before the resolver: if they did not, this would fail loudly.
-    from flashkit.plan import lock
+    from flashkit.plan import resolve
 
-    monkeypatch.setattr(lock, "resolve", lambda spec: pytest.fail("resolver reached for a bad spec"))
+    monkeypatch.setattr(resolve, "resolve", lambda spec: pytest.fail("resolver reached for a bad spec"))
     res = cli("--repo", str(kit_repo), "lock", env_id)
     assert res.code == case.code, res.err
     assert case.expect[0] in res.err

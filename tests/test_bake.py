@@ -6,26 +6,23 @@ import json
 import re
 
 import pytest
+from kitsupport import dockerfile, input_hash
 
-from flashkit.plan import bake
-from flashkit.plan import ci_matrix
-from flashkit.plan import inputhash
-from flashkit.plan import render
-from flashkit.plan.spec import load_all, load_env
+from flashkit.plan import bake, ci_matrix, inputhash
+from flashkit.plan.specfile import load_all
 
 MEM = "24"
 
 
 @pytest.fixture
-def fk(cli, monkeypatch):
-    """The CLI with bake and ci-matrix registered (rows the lead adds to cli.EXTENSIONS)."""
-    from flashkit.cli import main as cli_mod
-
-    rows = [("bake", "flashkit.plan.bake"), ("ci-matrix", "flashkit.plan.ci_matrix")]
-    monkeypatch.setattr(
-        cli_mod, "EXTENSIONS", cli_mod.EXTENSIONS + tuple(r for r in rows if r not in cli_mod.EXTENSIONS)
-    )
+def fk(cli):
     return cli
+
+
+def _plans(root, envs):
+    from flashkit.plan.plan import load_plan, plan_of
+
+    return [load_plan(root, e) for e in envs] if envs else [plan_of(root, s) for s in load_all(root)]
 
 
 def test_bake_file_for_all_envs(kit_repo, fk):
@@ -42,16 +39,15 @@ def test_bake_file_for_all_envs(kit_repo, fk):
 
 def test_bake_targets_match_a_local_build(kit_repo):
     env = "cu130-torch211"
-    spec = load_env(kit_repo, env)
-    doc, skipped = bake.plan(kit_repo, [env], 24)
+    doc, skipped = bake.select(_plans(kit_repo, [env]), True, 24)
     assert skipped == [] and set(doc["target"]) == {env, f"{env}-builder", f"{env}-wheel"}
-    h = inputhash.input_hash(kit_repo, spec)
+    h = input_hash(kit_repo, env)
     tag = inputhash.tag_suffix(h)
     rt, bt, wt = doc["target"][env], doc["target"][f"{env}-builder"], doc["target"][f"{env}-wheel"]
-    assert rt["dockerfile-inline"] == render.render_env(kit_repo, spec, host_mem_gib=24)
+    assert rt["dockerfile-inline"] == dockerfile(kit_repo, env, 24)
     assert (rt["target"], bt["target"], wt["target"]) == ("runtime", "builder", "wheel")
     assert rt["tags"] == [f"flashkit/{env}:{tag}"] and bt["tags"] == [f"flashkit/{env}:{tag}-builder"]
-    assert rt["labels"] == {"org.flashkit.env": env, "org.flashkit.input-hash": h}
+    assert rt["labels"] == {"io.flashkit.env": env, "io.flashkit.input-hash": h}
     assert wt["output"] == [f"type=local,dest=.work/wheels/{env}/bake"]
     assert rt["secret"] == ["id=ca,src=${FLASHKIT_CA_FILE}"]
     # The context is the repository root: every path the Dockerfile copies or binds from it must exist there.
@@ -88,9 +84,8 @@ def test_ci_matrix_rows(kit_repo, fk):
     doc = json.loads(r.out)
     ids = sorted(str(s.id) for s in load_all(kit_repo))
     assert [row["env"] for row in doc["include"]] == ids
-    spec = load_env(kit_repo, "cu130-torch211")
     row = next(x for x in doc["include"] if x["env"] == "cu130-torch211")
-    h = inputhash.input_hash(kit_repo, spec)
+    h = input_hash(kit_repo, "cu130-torch211")
     assert row == {
         "env": "cu130-torch211",
         "input_hash": h,
@@ -107,7 +102,7 @@ def test_ci_matrix_rows(kit_repo, fk):
 
 
 def test_ci_matrix_gpu_rows_only_for_cuda_with_a_runner(kit_repo):
-    doc, _ = ci_matrix.plan(kit_repo, [], runner="self-hosted-cpu", gpu_runner="h200")
+    doc, _ = ci_matrix.select(_plans(kit_repo, []), False, runner="self-hosted-cpu", gpu_runner="h200")
     gpu = [x for x in doc["include"] if x["kind"] == "gpu"]
     cuda = sorted(str(s.id) for s in load_all(kit_repo) if s.accelerator.kind == "cuda")
     assert [x["env"] for x in gpu] == cuda
@@ -116,8 +111,8 @@ def test_ci_matrix_gpu_rows_only_for_cuda_with_a_runner(kit_repo):
 
 
 def test_ci_matrix_hash_follows_the_lockfile(kit_repo):
-    before, _ = ci_matrix.plan(kit_repo, ["cu130-torch211"], runner="r", gpu_runner=None)
+    before, _ = ci_matrix.select(_plans(kit_repo, ["cu130-torch211"]), True, runner="r", gpu_runner=None)
     lock = kit_repo / "lockfiles" / "cu130-torch211.txt"
     lock.write_text(lock.read_text() + "# changed\n")
-    after, _ = ci_matrix.plan(kit_repo, ["cu130-torch211"], runner="r", gpu_runner=None)
+    after, _ = ci_matrix.select(_plans(kit_repo, ["cu130-torch211"]), True, runner="r", gpu_runner=None)
     assert before["include"][0]["input_hash"] != after["include"][0]["input_hash"]

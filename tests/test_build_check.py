@@ -7,25 +7,27 @@ import datetime
 import re
 from pathlib import Path
 
-from flashkit.plan import render
+from kitsupport import dockerfile
+
+from flashkit.core.errors import EXIT_CODES
 from flashkit.images.build import BuildResult
 from flashkit.images.build_check import LAYER_NOTE, CheckReport
-from flashkit.core.errors import EXIT_CODES
 from flashkit.images.repro import ImageComparison, LayerDiff, WheelComparison
-from flashkit.plan.spec import load_env
+from flashkit.plan import render
+from flashkit.plan.specfile import load_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_step_gets_the_lock_date_as_source_date_epoch():
     spec = load_env(REPO, "cu130-torch211")
-    text = render.render_env(REPO, spec, host_mem_gib=24)
+    text = dockerfile(REPO, "cu130-torch211", 24)
     want = int(datetime.datetime.fromisoformat(spec.lock_exclude_newer.replace("Z", "+00:00")).timestamp())
     assert f"ARG SOURCE_DATE_EPOCH={want}\n" in text
     wheel_step = re.search(r"^RUN .*?pip wheel .*?$", text, re.M | re.S).group(0)
     assert 'SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH}"' in wheel_step
     # Host memory sizes the jobs, never the dates: the epoch line is the same for any host.
-    assert f"ARG SOURCE_DATE_EPOCH={want}\n" in render.render_env(REPO, spec, host_mem_gib=256)
+    assert f"ARG SOURCE_DATE_EPOCH={want}\n" in dockerfile(REPO, "cu130-torch211", 256)
 
 
 def test_epoch_is_floored_at_the_first_date_zip_can_store():
@@ -80,7 +82,7 @@ def test_report_names_wheel_verdict_and_each_differing_layer_with_its_step():
 
 
 def test_not_reproducible_exit_code_is_documented():
-    from flashkit.images.build_check import NotReproducible
+    from flashkit.core.errors import NotReproducible
 
     assert NotReproducible.exit_code == 30
     assert ("30", EXIT_CODES[-1][1]) == EXIT_CODES[-1] and "--check" in EXIT_CODES[-1][1]

@@ -1,4 +1,4 @@
-"""flashkit.doctor.report's diagnosis of real broken artifacts (compiled during the run) and its recommendation.
+"""flashkit doctor's diagnosis of real broken artifacts (compiled during the run) and its recommendation.
 
 The modules are real ELF objects read by flashkit.doctor.probe.inspect_module; the
 environment around them (Python version, torch, GPU) is stated as the plain
@@ -15,12 +15,27 @@ import shutil
 import sys
 import sysconfig
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from flashkit.doctor import report as doctor
-from flashkit.binary import elf
-from flashkit.doctor import probe
+from flashkit.binary import elf, linking
+from flashkit.doctor import diagnose as _diagnose
+from flashkit.doctor import environment, model, modules, probe, repo
+
+# The doctor's pure pieces under one name, as the tests use them.
+doctor = SimpleNamespace(
+    module_findings=modules.module_findings,
+    Target=model.Target,
+    Finding=model.Finding,
+    diagnose=_diagnose.diagnose,
+    to_json=_diagnose.to_json,
+    build_label=environment.build_label,
+    BuildLabel=environment.BuildLabel,
+    SCHEMA_VERSION=model.SCHEMA_VERSION,
+    EXIT_PROBLEMS=model.EXIT_PROBLEMS,
+    EXIT_UNINSPECTED=model.EXIT_UNINSPECTED,
+)
 
 pytest.importorskip("elftools", reason="pyelftools is needed to read ELF objects")
 
@@ -95,8 +110,10 @@ def _this_interpreter() -> tuple[str, ...]:
 
 
 def inspect(path: Path, *, dirs=(), abi3_minimum=None) -> probe.ModuleFacts:
-    search = elf.LibrarySearch(extra_dirs=tuple(str(d) for d in dirs), preloaded=_this_interpreter())
-    return probe.inspect_module(str(path), "flash_kernels", "flash_kernels", search, elf.ObjectCache(), abi3_minimum)
+    search = linking.LibrarySearch(extra_dirs=tuple(str(d) for d in dirs), preloaded=_this_interpreter())
+    return probe.inspect_module(
+        str(path), "flash_kernels", "flash_kernels", search, linking.ObjectCache(), abi3_minimum
+    )
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +352,7 @@ def test_environment_findings():
 
 @pytest.fixture(scope="module")
 def specs():
-    spec = pytest.importorskip("flashkit.plan.spec")
+    spec = pytest.importorskip("flashkit.plan.specfile")
     found = spec.load_all(REPO)
     if not found:
         pytest.skip("no env specs under envs/")
@@ -356,7 +373,7 @@ def test_gpu_host_gets_cu130_torch211(specs):
         torch=torch_facts("2.11.0+cu130", "13.0", devices=[probe.Device("NVIDIA H200", "9.0")]),
         gpus=[h200],
     )
-    diag = doctor.diagnose(gpu_host, specs=specs, records={}, lockfiles={})
+    diag = doctor.diagnose(gpu_host, specs=specs, verification={}, lockfiles={})
     rec = diag.recommendation
     assert rec.env == "cu130-torch211"
     assert rec.mismatched == ("python",)
@@ -373,14 +390,9 @@ def test_recommendation_names_the_spec_to_add(specs):
     assert 'torch: "2.9.1"' in rec.add_spec
 
 
-def test_recommendation_reads_the_verification_record(specs):
+def test_recommendation_shows_the_ledger_status(specs):
     env = str(specs[0].id)
-    record = {
-        "schema": 1,
-        "env": env,
-        "latest": "abc123def4567890",
-        "entries": {"abc123def4567890": {"tiers": {"build": {"verdict": "passed"}, "gpu": {"verdict": "not-run"}}}},
-    }
+    status = model.Verification("build:passed abi:passed cpu:passed gpu:not-run artifact-gpu:passed(applies)", True)
     spec = specs[0]
     t = torch_facts(
         f"{spec.torch}+cu",
@@ -391,11 +403,11 @@ def test_recommendation_reads_the_verification_record(specs):
     rec = doctor.diagnose(
         facts(python=f"{spec.python}.1", torch=t),
         specs=specs,
-        records={env: record},
+        verification={env: status},
         lockfiles={env: f"lockfiles/{env}.txt"},
     ).recommendation
     assert rec.env == env
-    assert rec.verification == "record for input hash abc123def456: build passed, gpu not-run"
+    assert rec.verification == status.status
     assert rec.lockfile == f"lockfiles/{env}.txt"
 
 
@@ -474,19 +486,19 @@ def test_recommendation_asks_for_a_missing_gpu_target(specs):
 def _cu13_module_under_torch27() -> probe.ModuleFacts:
     """What inspect_module read from cu130-torch211's _C.abi3.so inside cu124-torch27's image."""
     path = "/opt/venv/lib/python3.13/site-packages/flash_kernels/_C.abi3.so"
-    near = elf.NearMiss(
+    near = linking.NearMiss(
         "_ZN3c104cuda9SetDeviceEa", "c10::cuda::SetDevice(signed char)", None, "/site/torch/lib/libc10_cuda.so", False
     )
     unresolved = (
-        elf.UnresolvedSymbol(
+        linking.UnresolvedSymbol(
             "_ZN3c104cuda9SetDeviceEab", "c10::cuda::SetDevice(signed char, bool)", None, None, "FUNC", (near,)
         ),
-        elf.UnresolvedSymbol("cudaGetLastError", "cudaGetLastError", None, None, "FUNC", ()),
+        linking.UnresolvedSymbol("cudaGetLastError", "cudaGetLastError", None, None, "FUNC", ()),
     )
-    res = elf.Resolution(
+    res = linking.Resolution(
         module=path,
         loaded=(),
-        missing_libraries=(elf.MissingLibrary("libcudart.so.13", path, ("/site/torch/lib",)),),
+        missing_libraries=(linking.MissingLibrary("libcudart.so.13", path, ("/site/torch/lib",)),),
         missing_versions=(),
         unresolved=unresolved,
         unreadable=(),
@@ -568,7 +580,7 @@ def test_env_image_fits_through_its_lockfile_cuda(specs):
     lock = REPO / "lockfiles" / "cu124-torch27.txt"
     if not lock.is_file():
         pytest.skip("lockfiles/cu124-torch27.txt not present")
-    assert doctor.lock_cuda_runtime(lock) == "12.6"
+    assert repo.lock_cuda_runtime(lock.read_text()) == "12.6"
     own = facts(python="3.13.5", torch=torch_facts())
     rec = doctor.diagnose(own, specs=specs, lock_cuda={"cu124-torch27": "12.6"}).recommendation
     assert rec.env == "cu124-torch27" and rec.exact and rec.add_spec is None

@@ -1,4 +1,4 @@
-"""``python -m flashkit.doctor.report`` end to end, as a subprocess, on this host's real environments.
+"""``python -m flashkit.doctor`` end to end, as a subprocess, on this host's real environments.
 
 - the interpreter running the tests (no torch in the kit's venv),
 - /work/venvs/kern (torch 2.13 CPU) when it exists, through --python and as the runner itself,
@@ -32,7 +32,7 @@ def doctor(*args: str, python: str = sys.executable, pythonpath: tuple[str, ...]
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, str(REPO)])
     env.pop("FLASHKIT_ROOT", None)
     return subprocess.run(
-        [python, "-m", "flashkit.doctor.report", "--repo", str(REPO), *args],
+        [python, "-m", "flashkit.doctor", "--repo", str(REPO), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -212,7 +212,11 @@ def test_facts_probed_elsewhere_are_diagnosed_here(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
     out = tmp_path / "facts.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "flashkit.doctor.probe", "-o", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path
+        [sys.executable, "-m", "flashkit.doctor.probe", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     direct = as_json(doctor("--json", pythonpath=(str(site),)))
@@ -296,3 +300,18 @@ def test_facts_from_inside_an_image_read_against_its_mounted_root(tmp_path):
 
     refused = doctor("--root", str(root))
     assert refused.returncode == 2 and "--root applies to --facts" in refused.stderr
+
+
+def test_a_fifo_where_a_compiled_module_should_be_is_skipped_not_waited_on(tmp_path):
+    """Opening a FIFO for reading blocks until a writer comes; doctor must name it and go on."""
+    pkg = tmp_path / "site" / "flash_kernels"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    os.mkfifo(pkg / "_C.abi3.so")
+    proc = doctor("--json", "--no-import", pythonpath=(str(tmp_path / "site"),), cwd=tmp_path)
+    data = as_json(proc)
+    fifo = str(pkg / "_C.abi3.so")
+    found = [f for f in data["findings"] if f["subject"] == fifo or fifo in json.dumps(f["details"])]
+    assert found, data["findings"]
+    assert any("not a regular file" in json.dumps(f) for f in found), found
+    assert proc.returncode in (20, 21) and "Traceback" not in proc.stderr

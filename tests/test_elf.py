@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.binary import elf
+from flashkit.binary import elf, fatbin, linking
 
 FIXTURES = Path(__file__).parent / "fixtures" / "elf"
 _spec = importlib.util.spec_from_file_location("elf_fixture_build", FIXTURES / "build.py")
@@ -85,11 +85,11 @@ def test_read_object_refuses_non_elf(tmp_path):
 
 
 def test_resolve_names_the_torch_signature_change(setdevice):
-    ok = elf.resolve(str(setdevice["module"]), elf.LibrarySearch(extra_dirs=(str(setdevice["v1"].parent),)))
+    ok = linking.resolve(str(setdevice["module"]), linking.LibrarySearch(extra_dirs=(str(setdevice["v1"].parent),)))
     assert ok.ok, ok
     assert ("libc10_cuda.so", str(setdevice["v1"])) in ok.loaded
 
-    res = elf.resolve(str(setdevice["module"]), elf.LibrarySearch(extra_dirs=(str(setdevice["v2"].parent),)))
+    res = linking.resolve(str(setdevice["module"]), linking.LibrarySearch(extra_dirs=(str(setdevice["v2"].parent),)))
     assert not res.ok
     assert [u.name for u in res.unresolved] == ["_ZN3c104cuda9SetDeviceEi"]
     miss = res.unresolved[0]
@@ -102,7 +102,7 @@ def test_resolve_names_the_torch_signature_change(setdevice):
 
 
 def test_resolve_reports_a_missing_library(setdevice):
-    res = elf.resolve(str(setdevice["module"]), elf.LibrarySearch())
+    res = linking.resolve(str(setdevice["module"]), linking.LibrarySearch())
     assert [m.name for m in res.missing_libraries] == ["libc10_cuda.so"]
     assert res.missing_libraries[0].needed_by == str(setdevice["module"])
     assert "/usr/lib/x86_64-linux-gnu" in res.missing_libraries[0].searched
@@ -112,13 +112,13 @@ def test_resolve_reports_a_missing_library(setdevice):
 def test_resolve_sees_a_cxx11_abi_mismatch(strings):
     module = elf.read_object(str(strings["module"]))
     assert elf.cxx_abi_of(elf.demangle(s.name for s in module.undefined).values()) == "pre-cxx11"
-    res = elf.resolve(str(strings["module"]), elf.LibrarySearch(extra_dirs=(str(strings["new"].parent),)))
+    res = linking.resolve(str(strings["module"]), linking.LibrarySearch(extra_dirs=(str(strings["new"].parent),)))
     assert [u.name for u in res.unresolved] == ["_ZN3kit11name_lengthERKSs"]
     near = res.unresolved[0].near_misses
     assert len(near) == 1 and near[0].abi_only
     assert "__cxx11" in near[0].symbol
     assert near[0].demangled.startswith("kit::name_length(std::__cxx11::basic_string<char")
-    same = elf.resolve(str(strings["module"]), elf.LibrarySearch(extra_dirs=(str(strings["old"].parent),)))
+    same = linking.resolve(str(strings["module"]), linking.LibrarySearch(extra_dirs=(str(strings["old"].parent),)))
     assert same.ok
 
 
@@ -127,9 +127,9 @@ def test_resolve_checks_symbol_versions(versioned):
     assert module.version_needs["libversioned.so"] == ("VERSIONED_2.0", "VERSIONED_1.0") or set(
         module.version_needs["libversioned.so"]
     ) == {"VERSIONED_1.0", "VERSIONED_2.0"}
-    ok = elf.resolve(str(versioned["module"]), elf.LibrarySearch(extra_dirs=(str(versioned["v2"].parent),)))
+    ok = linking.resolve(str(versioned["module"]), linking.LibrarySearch(extra_dirs=(str(versioned["v2"].parent),)))
     assert ok.ok, ok
-    old = elf.resolve(str(versioned["module"]), elf.LibrarySearch(extra_dirs=(str(versioned["v1"].parent),)))
+    old = linking.resolve(str(versioned["module"]), linking.LibrarySearch(extra_dirs=(str(versioned["v1"].parent),)))
     assert [(m.library, m.version) for m in old.missing_versions] == [("libversioned.so", "VERSIONED_2.0")]
     assert old.missing_versions[0].available == ("VERSIONED_1.0",)
     assert [(u.name, u.version) for u in old.unresolved] == [("versioned_mul", "VERSIONED_2.0")]
@@ -155,38 +155,38 @@ def test_resolve_inside_a_root_with_absolute_symlinks(setdevice, tmp_path):
     (root / "mod").mkdir()
     shutil.copy(setdevice["module"], root / "mod" / "m.so")
 
-    assert "/opt/vendor/lib" in elf.system_library_dirs(str(root))
-    res = elf.resolve("/mod/m.so", elf.LibrarySearch(root=str(root)))
+    assert "/opt/vendor/lib" in linking.system_library_dirs(str(root))
+    res = linking.resolve("/mod/m.so", linking.LibrarySearch(root=str(root)))
     assert res.ok, res
     assert ("libc10_cuda.so", "/opt/vendor/lib/libc10_cuda.so") in res.loaded
 
 
 def test_cuda_code_lists_cubins_and_ptx(cuda_objects):
-    sm80 = elf.cuda_code(str(cuda_objects["sm80"]))
+    sm80 = fatbin.cuda_code(str(cuda_objects["sm80"]))
     assert (sm80.cubins, sm80.ptx, sm80.source) == (("sm_80",), (), "fatbin")
-    ptx = elf.cuda_code(str(cuda_objects["ptx80"]))
+    ptx = fatbin.cuda_code(str(cuda_objects["ptx80"]))
     assert (ptx.cubins, ptx.ptx) == ((), ("compute_80",))
-    mixed = elf.cuda_code(str(cuda_objects["mixed"]))
+    mixed = fatbin.cuda_code(str(cuda_objects["mixed"]))
     assert mixed.cubins == ("sm_80", "sm_90a", "sm_100f")
     assert mixed.ptx == ("compute_120",)
 
 
 def test_runs_on_follows_the_driver_rules(cuda_objects):
-    sm80 = elf.cuda_code(str(cuda_objects["sm80"]))
+    sm80 = fatbin.cuda_code(str(cuda_objects["sm80"]))
     assert sm80.runs_on((8, 0)) == ("cubin", "sm_80")
     assert sm80.runs_on((8, 6)) == ("cubin", "sm_80")  # same major, higher minor
     assert sm80.runs_on((9, 0)) is None  # never across majors
-    ptx = elf.cuda_code(str(cuda_objects["ptx80"]))
+    ptx = fatbin.cuda_code(str(cuda_objects["ptx80"]))
     assert ptx.runs_on((9, 0)) == ("ptx", "compute_80")
     assert ptx.runs_on((7, 5)) is None
-    mixed = elf.cuda_code(str(cuda_objects["mixed"]))
+    mixed = fatbin.cuda_code(str(cuda_objects["mixed"]))
     assert mixed.runs_on((9, 0)) == ("cubin", "sm_90a")
     assert mixed.runs_on((10, 3)) == ("cubin", "sm_100f")
     assert mixed.runs_on((12, 0)) == ("ptx", "compute_120")
 
 
 def test_object_without_gpu_code(setdevice):
-    assert elf.cuda_code(str(setdevice["module"])) is None
+    assert fatbin.cuda_code(str(setdevice["module"])) is None
 
 
 def test_cuda_code_agrees_with_cuobjdump(cuda_objects):
@@ -195,7 +195,7 @@ def test_cuda_code_agrees_with_cuobjdump(cuda_objects):
         pytest.skip("cuobjdump not on PATH (pip package nvidia-cuda-cuobjdump provides one)")
     for path in cuda_objects.values():
         listed = elf._cuobjdump_listing(exe, str(path), str(path), RuntimeError("cross-check"))
-        parsed = elf.cuda_code(str(path))
+        parsed = fatbin.cuda_code(str(path))
         # cuobjdump prints family-specific cubins without their "f"
         assert {c.rstrip("f") for c in parsed.cubins} == set(listed.cubins)
         assert set(parsed.ptx) == set(listed.ptx)
@@ -203,10 +203,10 @@ def test_cuda_code_agrees_with_cuobjdump(cuda_objects):
 
 def test_truncated_fatbin_is_an_error_not_a_guess():
     header = (0xBA55ED50).to_bytes(4, "little") + (1).to_bytes(2, "little") + (16).to_bytes(2, "little")
-    with pytest.raises(elf.FatbinError, match="past the section end"):
-        elf.parse_fatbin(header + (4096).to_bytes(8, "little") + b"\0" * 64)
-    with pytest.raises(elf.FatbinError, match="no fat binary header"):
-        elf.parse_fatbin(b"\x01" * 32)
+    with pytest.raises(fatbin.FatbinError, match="past the section end"):
+        fatbin.parse_fatbin(header + (4096).to_bytes(8, "little") + b"\0" * 64)
+    with pytest.raises(fatbin.FatbinError, match="no fat binary header"):
+        fatbin.parse_fatbin(b"\x01" * 32)
 
 
 @pytest.fixture(scope="session")
@@ -281,11 +281,11 @@ def test_unparsable_fatbin_falls_back_or_says_why(cuda_objects, tmp_path, monkey
         fh.write(b"\x01" * 8)  # no container magic any more
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump:  # the fallback runs, and does not turn its own failure into "no GPU code"
-        with pytest.raises(elf.FatbinError, match="cuobjdump --list-elf cannot list it either"):
-            elf.cuda_code(str(broken))
+        with pytest.raises(fatbin.FatbinError, match="cuobjdump --list-elf cannot list it either"):
+            fatbin.cuda_code(str(broken))
     monkeypatch.setenv("PATH", str(tmp_path))  # no cuobjdump to fall back on
-    with pytest.raises(elf.FatbinError, match="cuobjdump is not on PATH"):
-        elf.cuda_code(str(broken))
+    with pytest.raises(fatbin.FatbinError, match="cuobjdump is not on PATH"):
+        fatbin.cuda_code(str(broken))
 
 
 def test_demangles_without_cxxfilt(monkeypatch, tmp_path):

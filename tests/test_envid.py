@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.plan.envid import EnvId
 from flashkit.core.errors import SpecError
-from flashkit.plan.spec import env_ids
+from flashkit.plan.envid import EnvId
+from flashkit.plan.specfile import env_ids
 
 REPO = Path(__file__).resolve().parents[1]
 

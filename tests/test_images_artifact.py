@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "flashkit" / "evidence" / "artifact_check.py"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def wheel(tmp_path: Path) -> tuple[Path, str]:
@@ -23,20 +23,23 @@ def wheel(tmp_path: Path) -> tuple[Path, str]:
 
 def run(tmp_path: Path, *args: str, python: str = sys.executable) -> tuple[int, dict]:
     out = tmp_path / "result.json"
-    # -I: isolated mode, so nothing from this checkout (flashkit, flash_kernels) is importable.
+    # -S -E: no site-packages and no PYTHON* variables, so only the standard library and this checkout's
+    # flashkit/ are importable: what a bare GPU host offers.
     p = subprocess.run(
-        [python, "-I", str(SCRIPT), *args, "--env", "cu130-torch211", "--input-hash", "fk1-x", "--out", str(out)],
+        [python, "-S", "-E", "-m", "flashkit.evidence.artifact_check", *args, "--env", "cu130-torch211",
+         "--input-hash", "fk1-x", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
-    )
+        cwd=REPO,
+    )  # fmt: skip
     return p.returncode, json.loads(out.read_text())
 
 
 def test_wrong_sha256_is_an_error_and_names_both(tmp_path):
     w, digest = wheel(tmp_path)
     code, res = run(tmp_path, str(w), "--expect-sha256", "0" * 64, "--expect-torch", "2.11", "--expect-cuda", "13")
-    assert code == 1 and res["verdict"] == "error"
+    assert code == 16 and res["verdict"] == "error"
     assert digest in res["reasons"][0] and "not the exported artifact" in res["reasons"][0]
     assert res["judged"] == {"wheel_sha256": digest}
 
@@ -44,7 +47,7 @@ def test_wrong_sha256_is_an_error_and_names_both(tmp_path):
 def test_host_without_torch_is_an_error_not_a_pass(tmp_path):
     w, digest = wheel(tmp_path)
     code, res = run(tmp_path, str(w), "--expect-sha256", digest, "--expect-torch", "2.11", "--expect-cuda", "13")
-    assert code == 1 and res["verdict"] == "error"
+    assert code == 16 and res["verdict"] == "error"
     assert "torch is not importable" in res["reasons"][0]
 
 
@@ -57,5 +60,16 @@ def test_other_torch_on_the_host_means_not_run(tmp_path):
     code, res = run(
         tmp_path, str(w), "--expect-sha256", digest, "--expect-torch", "2.11", "--expect-cuda", "13", python=str(KERN)
     )
-    assert code == 1 and res["verdict"] == "not-run"
+    assert code == 16 and res["verdict"] == "not-run"
     assert "is not the env's torch 2.11.x" in res["reasons"][0]
+
+
+def test_the_gpu_side_imports_nothing_but_the_standard_library():
+    code = (
+        "import sys; import flashkit.evidence.artifact_check; "
+        "mods = {m.split('.')[0] for m in sys.modules}; "
+        "extra = sorted(mods - set(sys.stdlib_module_names) - {'flashkit', '__main__'}); "
+        "print(extra); sys.exit(1 if extra else 0)"
+    )
+    p = subprocess.run([sys.executable, "-S", "-E", "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stdout + p.stderr

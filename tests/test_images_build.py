@@ -1,17 +1,15 @@
-"""The build context holds only what the Dockerfile copies; site settings never pass silently."""
+"""The build context is written from the plan's bytes; site inputs reach builds as secrets, never as identity."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from flashkit.images import build
-from flashkit.core.errors import BuildError
-from flashkit.plan.spec import load_env
-
-DOCKERFILE = (
-    "ARG BASE_IMAGE=x\nFROM ${BASE_IMAGE}\nARG DEBIAN_MIRROR=http://deb.debian.org/debian\n"
-    "ARG PIP_INDEX_URL=https://pypi.org/simple\n"
-)
+from flashkit.core.errors import UsageError
+from flashkit.images import build, site
+from flashkit.plan.plan import load_plan
 
 
 def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_path):
@@ -19,9 +17,9 @@ def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_pa
     (kit_repo / "flash_kernels/build/lib/junk.so").write_text("x")
     (kit_repo / "flash_kernels/flash_kernels/__pycache__").mkdir()
     (kit_repo / "flash_kernels/flash_kernels/__pycache__/a.pyc").write_text("x")
-    spec = load_env(kit_repo, "cu130-torch211")
+    plan = load_plan(kit_repo, "cu130-torch211")
     ctx = tmp_path / "ctx"
-    build.prepare_context(kit_repo, spec, "FROM scratch\n", ctx)
+    build.write_context(plan, "FROM scratch\n", ctx)
     files = sorted(p.relative_to(ctx).as_posix() for p in ctx.rglob("*") if p.is_file())
     sources = sorted(
         p.relative_to(kit_repo).as_posix()
@@ -32,22 +30,52 @@ def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_pa
         ["Dockerfile", "lockfiles/cu130-torch211.txt", "lockfiles/cu130-torch211.build.txt", *sources]
     )
     assert "flash_kernels/build/lib/junk.so" not in files and len(sources) >= 3
+    # The bytes in the context are the bytes that were hashed, even if the tree changes afterwards.
+    for src in plan.sources:
+        assert (ctx / src.path).read_bytes() == src.data
 
 
-def test_site_settings_map_to_declared_args(monkeypatch):
-    monkeypatch.setenv("FLASHKIT_DEBIAN_MIRROR", "http://mirror.example/debian")
-    monkeypatch.delenv("FLASHKIT_PIP_INDEX_URL", raising=False)
-    got = build.site_settings(DOCKERFILE, {"PIP_INDEX_URL": "https://pypi.example/simple"})
-    assert got == {"DEBIAN_MIRROR": "http://mirror.example/debian", "PIP_INDEX_URL": "https://pypi.example/simple"}
+def test_context_copies_what_was_hashed_not_what_the_tree_holds_later(kit_repo, tmp_path):
+    plan = load_plan(kit_repo, "cu130-torch211")
+    (kit_repo / "flash_kernels/csrc/kernel.cu").write_text("// edited after planning\n")
+    build.write_context(plan, "FROM scratch\n", tmp_path / "ctx")
+    assert (tmp_path / "ctx/flash_kernels/csrc/kernel.cu").read_text() == "// stand-in\n__global__ void k() {}\n"
 
 
-def test_a_site_setting_the_dockerfile_ignores_is_an_error(monkeypatch):
-    monkeypatch.delenv("FLASHKIT_DEBIAN_MIRROR", raising=False)
-    with pytest.raises(BuildError, match="declares none of ARG PIP_INDEX_URL"):
-        build.site_settings("FROM scratch\n", {"PIP_INDEX_URL": "https://pypi.example/simple"})
+def test_site_urls_come_from_flags_then_environment():
+    got = site.gather(
+        {"pip_index_url": "https://pypi.example/simple"}, {"FLASHKIT_DEBIAN_MIRROR": "http://mirror.example/debian"}
+    )
+    assert got.urls == {"pip_index_url": "https://pypi.example/simple", "debian_mirror": "http://mirror.example/debian"}
+    assert got.record() == {**got.urls, "ca_secret_used": False, "netrc_used": False}
 
 
-def test_nothing_set_means_no_build_args(monkeypatch):
-    for k in ("FLASHKIT_DEBIAN_MIRROR", "FLASHKIT_PIP_INDEX_URL"):
-        monkeypatch.delenv(k, raising=False)
-    assert build.site_settings(DOCKERFILE, {}) == {}
+@pytest.mark.parametrize(
+    "url",
+    ["https://user:token@pypi.example/simple", "https://token@pypi.example/simple", "http://u:p@mirror.example/debian"],
+)
+def test_credentials_in_a_site_url_are_refused_with_the_way_to_pass_them(url):
+    with pytest.raises(UsageError, match="FLASHKIT_NETRC"):
+        site.gather({"pip_index_url": url}, {})
+
+
+def test_secret_files_exist_only_during_the_build(tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine pypi.example login u password p\n")
+    inputs = site.gather({"pip_index_url": "https://pypi.example/simple"}, {"FLASHKIT_NETRC": str(netrc)})
+    with site.SecretFiles(inputs) as args:
+        pairs = dict(a.split(",", 1) for a in args if a != "--secret")
+        index_file = pairs["id=pip-index"].removeprefix("src=")
+        assert Path(index_file).read_text() == "https://pypi.example/simple"
+        assert oct(os.stat(os.path.dirname(index_file)).st_mode & 0o777) == "0o700"
+        assert pairs["id=netrc"] == f"src={netrc}"
+    assert not os.path.exists(index_file)
+    assert "password" not in repr(inputs.record())
+
+
+def test_no_site_input_shows_in_the_rendered_dockerfile(kit_repo):
+    from kitsupport import dockerfile
+
+    text = dockerfile(kit_repo, "cu130-torch211")
+    assert "ARG PIP_INDEX_URL" not in text and "ARG DEBIAN_MIRROR" not in text
+    assert "--mount=type=secret,id=pip-index" in text and "--mount=type=secret,id=netrc" in text

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from flashkit.binary import fatbin
 from flashkit.images import tiers
 from flashkit.images.build import BuildResult
 
@@ -71,19 +72,24 @@ def result(wheel: Path) -> BuildResult:
 
 
 def test_expected_cuda_code_from_gpu_targets():
-    assert tiers.expected_cuda_code(("8.0", "9.0a+PTX")) == ({"sm_80", "sm_90a"}, {"compute_90a"})
+    assert fatbin.target_code(("8.0", "9.0a+PTX")) == ({"sm_80", "sm_90a"}, {"compute_90a"})
     with pytest.raises(ValueError, match="not like"):
-        tiers.expected_cuda_code(("sm_80",))
+        fatbin.target_code(("sm_80",))
 
 
-def test_junit_counts_sum_suites_and_derive_passed():
+def test_junit_counts_come_from_the_test_cases_not_the_summary_attributes():
+    from flashkit.evidence import junit
+
     xml = (
-        '<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2">'
+        '<testsuites><testsuite tests="99" failures="0" errors="0" skipped="0">'
         '<testcase classname="t" name="a"><failure message="max err 0.5 &gt; 0.01"/></testcase>'
-        '</testsuite><testsuite tests="2" failures="0" errors="1" skipped="0"/></testsuites>'
+        '<testcase classname="t" name="b"><skipped/></testcase><testcase classname="t" name="c"/>'
+        '</testsuite><testsuite><testcase classname="u" name="d"><error message="boom"/></testcase>'
+        '<testcase classname="u" name="e"/></testsuite></testsuites>'
     )
-    assert tiers.junit_counts(xml) == {"tests": 7, "failed": 1, "errors": 1, "skipped": 2, "passed": 3}
-    assert tiers.junit_failures(xml) == ["failure: t.a: max err 0.5 > 0.01"]
+    assert junit.junit_counts(xml) == {"tests": 5, "failed": 1, "errors": 1, "skipped": 1, "passed": 2}
+    assert junit.junit_failures(xml) == ["failure: t.a: max err 0.5 > 0.01", "error: u.d: boom"]
+    assert junit.suite_verdict(junit.junit_counts(xml))[0] == "failed"
 
 
 def test_abi3_minimum_from_wheel_name():

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from flashkit.plan import inputhash
-from flashkit.plan.spec import load_env
+from flashkit.plan.plan import load_plan
+from flashkit.plan.specfile import load_env
 
 ENV = "cu124-torch27"
 
 
 def h(root: Path, env: str = ENV) -> str:
-    return inputhash.input_hash(root, load_env(root, env))
+    return load_plan(root, env).input_hash
 
 
 def test_format_and_scheme(kit_repo):
@@ -99,7 +100,7 @@ def test_what_is_not_an_input_does_not_change_the_hash(kit_repo):
 
 def test_manifest_is_canonical_and_has_no_absolute_paths(kit_repo):
     spec = load_env(kit_repo, ENV)
-    sources = inputhash.kernel_sources(kit_repo, spec.kernel_source)
+    sources = load_plan(kit_repo, ENV).manifest()["kernel_sources"]
     assert all(not p.startswith("/") for p, _mode, _sha in sources)
     assert [s[0] for s in sources] == sorted(s[0] for s in sources)
     assert str(kit_repo) not in repr(spec.normalized())

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.plan import lock
-from flashkit.plan.spec import load_all, load_env
+from flashkit.plan import lock, resolve
+from flashkit.plan.plan import read_locks
+from flashkit.plan.specfile import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)
@@ -16,7 +17,7 @@ SPECS = load_all(REPO)
 
 @pytest.mark.parametrize("spec", SPECS, ids=[str(s.id) for s in SPECS])
 def test_committed_lockfiles_are_consistent(spec):
-    texts = lock.read(REPO, spec)
+    texts = read_locks(REPO, str(spec.id))
     assert lock.check(spec, texts.runtime, texts.build) == []
     pins, problems = lock.parse(texts.runtime)
     assert not problems and pins
@@ -29,7 +30,7 @@ def test_committed_lockfiles_are_consistent(spec):
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.compiler.source == "pypi"], ids=lambda s: str(s.id))
 def test_pypi_toolchain_pins_share_one_version(spec):
-    texts = lock.read(REPO, spec)
+    texts = read_locks(REPO, str(spec.id))
     pins = {p.name: p.version for p in lock.parse(texts.build)[0] + lock.parse(texts.runtime)[0]}
     assert pins["nvidia-cuda-nvcc"] == pins["nvidia-nvvm"] == pins["nvidia-cuda-crt"] == spec.compiler.version
     assert pins["nvidia-cuda-cccl"].startswith(spec.compiler.version.rsplit(".", 1)[0] + ".")
@@ -39,7 +40,7 @@ def test_pypi_toolchain_pins_share_one_version(spec):
 
 def _spec_and_texts(env="cu130-torch211"):
     spec = load_env(REPO, env)
-    return spec, lock.read(REPO, spec)
+    return spec, read_locks(REPO, str(spec.id))
 
 
 def test_checker_catches_a_missing_hash():
@@ -106,8 +107,8 @@ def test_lock_check_command(kit_repo, cli):
 @pytest.mark.parametrize("env", ["cu124-torch27", "cu130-torch211", "rocm64-torch27"])
 def test_relocking_reproduces_the_committed_bytes(env):
     spec = load_env(REPO, env)
-    texts = lock.resolve(spec)
-    committed = lock.read(REPO, spec)
+    texts = resolve.resolve(spec)
+    committed = read_locks(REPO, str(spec.id))
     assert texts == committed
 
 
@@ -127,6 +128,6 @@ def test_lock_writes_both_files_or_neither(kit_repo, monkeypatch):
 
     monkeypatch.setattr(atomic, "_stage", failing_second)
     with pytest.raises(OSError):
-        lock.write(kit_repo, spec, lock.LockTexts("new runtime\n", "new build\n"))
+        resolve.write(kit_repo, spec, lock.LockTexts("new runtime\n", "new build\n"))
     after = {p.name: p.read_bytes() for p in (kit_repo / "lockfiles").iterdir()}
     assert after == before  # no temp files left, no file replaced

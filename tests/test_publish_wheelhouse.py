@@ -17,12 +17,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from kitsupport import artifact, input_hash, verdict
 
-from flashkit.ledger import record
+from flashkit.core.atomic import utc_now, write_json_atomic
 from flashkit.images.build import BuildResult, result_path
-from flashkit.plan.inputhash import input_hash
-from flashkit.ledger.record import TierResult, write_json_atomic
-from flashkit.plan.spec import load_env
+from flashkit.ledger import store
 
 ENV = "cu130-torch211"
 IMAGE = "sha256:" + "3" * 64
@@ -54,35 +53,26 @@ def sha(p: Path) -> str:
 
 
 @pytest.fixture
-def setup(kit_repo, cli, monkeypatch, tmp_path):
-    """kit_repo whose env locks one real dependency wheel, with a build result and a verification record."""
-    from flashkit.cli import main as cli_mod
-
-    row = ("wheelhouse", "flashkit.ledger.wheelhouse")
-    monkeypatch.setattr(cli_mod, "EXTENSIONS", cli_mod.EXTENSIONS + ((row,) if row not in cli_mod.EXTENSIONS else ()))
+def setup(kit_repo, cli, tmp_path):
+    """kit_repo whose env locks one real dependency wheel, with a cached build result and a ledger."""
     deps = tmp_path / "deps"
     dep = make_wheel(deps, "toydep", "1.0", "toydep")
     (kit_repo / "lockfiles" / f"{ENV}.txt").write_text(
         f"# flashkit lock {ENV} (test)\ntoydep==1.0 \\\n    --hash=sha256:{sha(dep)}\n    # via test\n"
     )
     wheel = make_wheel(tmp_path / "exported", "flash_kernels", "0.1.0", "flash_kernels")
-    h = input_hash(kit_repo, load_env(kit_repo, ENV))
+    h = input_hash(kit_repo, ENV)
     res = BuildResult(
-        env=ENV, input_hash=h, runtime_ref=f"flashkit/{ENV}:x", runtime_id=IMAGE, builder_ref="b", builder_id="b",
+        env=ENV, input_hash=h, runtime_ref=f"flashkit/{ENV}:x", runtime_id=IMAGE, builder_ref="b", builder_id=IMAGE,
         runtime_size=1, builder_size=1, wheel_path=str(wheel), wheel_sha256=sha(wheel), lock_sha256="0" * 64,
-        base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=record.utc_now(),
+        base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=utc_now(),
     )  # fmt: skip
     write_json_atomic(result_path(kit_repo, ENV, h), res.to_json())
+    art = artifact(ENV, h, image=IMAGE, wheel=sha(wheel))
+    store.append(kit_repo, ENV, [art])
 
     def verdicts(**v: str) -> None:
-        tiers = [
-            TierResult(tier=t, verdict=x, counts={"passed": 1} if x == "passed" else {}, reasons=() if x == "passed"
-                       else ("no GPU here",), duration_s=0.0, judged={"image_id": IMAGE})
-            for t, x in v.items()
-        ]  # fmt: skip
-        record.upsert_entry(
-            record.record_path(ENV, kit_repo), h, {"image_id": IMAGE, "wheel_sha256": sha(wheel)}, tiers
-        )
+        store.append(kit_repo, ENV, [verdict(art, t.replace("_", "-"), x) for t, x in v.items()])
 
     return {"repo": kit_repo, "cli": cli, "deps": deps, "wheel": wheel, "hash": h, "verdicts": verdicts}
 
@@ -156,7 +146,7 @@ def test_gate_refusals_write_nothing(setup, tmp_path):
     out = tmp_path / "wh"
     s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="not-run")
     r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out))
-    assert r.code == 17 and "tier gpu is not-run" in r.err and "--policy no-gpu" in r.err
+    assert r.code == 17 and "gpu: not-run" in r.err and "--policy no-gpu" in r.err
     assert not out.exists()
     # Asked for explicitly, the weaker policy is written into the requirements header.
     r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out), "--policy", "no-gpu")
@@ -168,7 +158,7 @@ def test_gate_refusals_write_nothing(setup, tmp_path):
     with zipfile.ZipFile(s["wheel"], "a") as z:
         z.writestr("flash_kernels/x.py", "")
     r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(out), "--policy", "no-gpu")
-    assert r.code == 17 and "judged wheel" in r.err
+    assert r.code == 17 and "produced a wheel with sha256" in r.err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
@@ -178,7 +168,7 @@ def test_changed_lockfile_refuses(setup, tmp_path):
     lock = s["repo"] / "lockfiles" / f"{ENV}.txt"
     lock.write_text(lock.read_text() + "# edited\n")
     r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(tmp_path / "wh"))
-    assert r.code == 17 and "no build for its current input hash" in r.err
+    assert r.code == 17 and "no wheel of its current input hash" in r.err
     assert not (tmp_path / "wh").exists()
 
 

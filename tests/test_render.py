@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from kitsupport import dockerfile, input_hash
 
-from flashkit.plan import inputhash
-from flashkit.plan import lock
-from flashkit.plan import render
-from flashkit.plan.spec import load_all, load_env
+from flashkit.plan import inputhash, lock, render
+from flashkit.plan.plan import load_plan, read_locks
+from flashkit.plan.specfile import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)
@@ -27,7 +27,7 @@ def _hadolint() -> str:
 
 
 def _render(root: Path, env: str, mem: int = 24) -> str:
-    return render.render_env(root, load_env(root, env), host_mem_gib=mem)
+    return dockerfile(root, env, mem)
 
 
 def _stage(text: str, name: str) -> str:
@@ -75,13 +75,14 @@ def test_render_is_deterministic_across_checkouts(env, kit_repo, tmp_path):
 
 
 def test_pure_render_depends_only_on_its_arguments():
-    spec = SPECS[0]
-    texts = lock.read(REPO, spec)
-    args = dict(template_text=render.read_template(REPO), input_hash="fk1-" + "0" * 64, host_mem_gib=24)
-    a = render.render_dockerfile(spec, texts.runtime, texts.build, **args)
-    b = render.render_dockerfile(spec, texts.runtime, texts.build, **args)
+    import dataclasses
+
+    plan = load_plan(REPO, IDS[0])
+    a = render.render_dockerfile(plan, host_mem_gib=24)
+    b = render.render_dockerfile(plan, host_mem_gib=24)
     assert a == b
-    assert render.render_dockerfile(spec, texts.runtime + "\n", texts.build, **args) != a  # lock hash label
+    changed = dataclasses.replace(plan, locks=lock.LockTexts(plan.locks.runtime + "\n", plan.locks.build))
+    assert render.render_dockerfile(changed, host_mem_gib=24) != a  # lock hash label
 
 
 @pytest.mark.parametrize("env", IDS)
@@ -108,8 +109,8 @@ def test_structure(env):
     assert "--mount=type=secret,id=ca" in builder
     assert "COPY" not in runtime.replace("COPY --from=builder /wheels/ /", "")
     # Labels: OCI plus the env's identity.
-    h = inputhash.input_hash(REPO, spec)
-    texts = lock.read(REPO, spec)
+    h = input_hash(REPO, env)
+    texts = read_locks(REPO, env)
     for label in (
         "org.opencontainers.image.title",
         "org.opencontainers.image.version",
@@ -119,7 +120,7 @@ def test_structure(env):
         f'io.flashkit.{spec.accelerator.kind}="{spec.accelerator.version}"',
         f'io.flashkit.python="{spec.python}"',
         f'io.flashkit.cxx11-abi="{str(spec.cxx11_abi).lower()}"',
-        f'io.flashkit.lock-sha256="{render.sha256_text(texts.runtime)}"',
+        f'io.flashkit.lock-sha256="{inputhash.sha256_text(texts.runtime)}"',
         f'io.flashkit.input-hash="{h}"',
     ):
         assert label in runtime, label
@@ -140,11 +141,12 @@ def test_runtime_stage_has_no_compiler(env):
         assert word not in runtime, word
 
 
-def test_debian_packages_are_pinned_and_mirror_is_an_arg():
+def test_debian_packages_are_pinned_and_the_mirror_is_a_secret_with_a_default():
     text = _render(REPO, "cu124-torch27")
     assert "nvidia-cuda-toolkit=12.4.131~12.4.1-2" in text
     assert re.search(r"^\s+python3=3\.13\.5-1 \\$", text, re.M)
-    assert "ARG DEBIAN_MIRROR=http://deb.debian.org/debian" in text
+    assert "--mount=type=secret,id=debian-mirror" in text and '"${mirror:-http://deb.debian.org/debian}"' in text
+    assert "ARG DEBIAN_MIRROR" not in text and "ARG PIP_INDEX_URL" not in text
     assert "hadolint ignore" not in text
 
 

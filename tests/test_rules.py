@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.plan import compat
-from flashkit.plan import rules
 from flashkit.core.errors import RuleRejected
-from flashkit.plan.spec import load_all, load_env
+from flashkit.plan import compat, rules
+from flashkit.plan.specfile import load_all, load_env
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)

@@ -3,13 +3,16 @@
 Facts, not verdicts: this module says which symbols, versions, libraries and
 CUDA architectures an object needs or carries, and which of those a set of
 providers does not satisfy. Naming the likely cause and the fix is
-:mod:`flashkit.doctor.report`'s job; the ``abi``/``build`` verification tiers reuse
+:mod:`flashkit.doctor`'s job; the ``abi``/``build`` verification tiers reuse
 the same facts.
 
 Every function takes paths *inside* a filesystem root (``root="/"`` by
 default), so a mounted image filesystem or an unpacked wheel is inspected the
 same way as the running system: ``$ORIGIN``, RUNPATH entries, ``ld.so.conf``
 and symlinks are all resolved inside the root.
+
+:mod:`flashkit.binary.resolve` resolves an object's dependencies like the loader and
+:mod:`flashkit.binary.fatbin` lists its CUDA code; both build on the readers here.
 
 Optional tools, each missing one reported, never crashed on:
 
@@ -30,48 +33,14 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import glob
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-
-__all__ = [
-    "Abi3InfoMissing",
-    "CudaCode",
-    "DynSymbol",
-    "ElfObject",
-    "ElfReadError",
-    "ElfToolsMissing",
-    "ExtensionTag",
-    "FatbinError",
-    "LibrarySearch",
-    "LimitedApiIssue",
-    "MissingLibrary",
-    "MissingVersion",
-    "NearMiss",
-    "ObjectCache",
-    "Resolution",
-    "UnresolvedSymbol",
-    "cuda_code",
-    "cxx_abi_of",
-    "demangle",
-    "demangler_available",
-    "extension_tag",
-    "glibc_of_policy",
-    "host_path",
-    "limited_api_violations",
-    "max_version",
-    "parse_fatbin",
-    "qualified_name",
-    "read_object",
-    "resolve",
-    "system_library_dirs",
-    "versions_newer_than",
-]
+from collections.abc import Iterable, Mapping
 
 
 class ElfToolsMissing(RuntimeError):
@@ -103,8 +72,20 @@ class ElfReadError(ValueError):
         self.reason = reason
 
 
-class FatbinError(ValueError):
-    """The CUDA fat binary of an object could not be listed."""
+def open_regular(hpath: str, shown: str):
+    """Open a file for reading only when it is a regular file: ``open`` on a FIFO where a library
+    should be would block for ever, and a device could be read without end."""
+    try:
+        st = os.stat(hpath)
+    except OSError as exc:
+        raise ElfReadError(shown, exc.strerror or str(exc)) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ElfReadError(shown, "not a regular file (a FIFO, socket, device or directory): skipped")
+    fd = os.open(hpath, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ElfReadError(shown, "not a regular file: skipped")
+    return os.fdopen(fd, "rb")
 
 
 # ---------------------------------------------------------------------------
@@ -231,7 +212,7 @@ def read_object(path: str, root: str = "/") -> ElfObject:
     ELFFile, DynamicSection, ELFError = _elftools()
     hpath = host_path(root, path)
     try:
-        with open(hpath, "rb") as stream:
+        with open_regular(hpath, path) as stream:
             if stream.read(4) != b"\x7fELF":
                 raise ElfReadError(path, "not an ELF file (no \\x7fELF magic)")
             stream.seek(0)
@@ -531,301 +512,6 @@ def cxx_abi_of(demangled_names: Iterable[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# Resolving undefined symbols against providers
-
-
-@dataclasses.dataclass(frozen=True)
-class LibrarySearch:
-    """Where DT_NEEDED names are looked for, like the loader (paths inside ``root``).
-
-    ``extra_dirs`` are searched like LD_LIBRARY_PATH. ``preloaded`` objects are
-    already in the process (the interpreter, torch's libraries): their SONAME
-    satisfies a DT_NEEDED and their symbols are in scope. ``system_dirs`` None
-    means ``ld.so.conf`` of the root plus the standard directories.
-    """
-
-    root: str = "/"
-    extra_dirs: tuple[str, ...] = ()
-    preloaded: tuple[str, ...] = ()
-    system_dirs: tuple[str, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class MissingLibrary:
-    name: str
-    needed_by: str
-    searched: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class MissingVersion:
-    """A version the module requires from a library that the found library does not define."""
-
-    library: str
-    version: str
-    provider: str
-    available: tuple[str, ...]  # versions with the same prefix the provider does define
-
-
-@dataclasses.dataclass(frozen=True)
-class NearMiss:
-    """A definition in scope with the same qualified name but another signature or ABI."""
-
-    symbol: str
-    demangled: str
-    version: str | None
-    provider: str
-    abi_only: bool  # identical once the libstdc++ dual-ABI markers are erased
-
-
-@dataclasses.dataclass(frozen=True)
-class UnresolvedSymbol:
-    name: str
-    demangled: str
-    version: str | None
-    version_file: str | None
-    kind: str
-    near_misses: tuple[NearMiss, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Resolution:
-    """The outcome of loading one module against a library search set."""
-
-    module: str
-    loaded: tuple[tuple[str, str], ...]  # (DT_NEEDED name, path found) in load order
-    missing_libraries: tuple[MissingLibrary, ...]
-    missing_versions: tuple[MissingVersion, ...]
-    unresolved: tuple[UnresolvedSymbol, ...]
-    unreadable: tuple[tuple[str, str], ...]  # (path, reason) of libraries that could not be read
-    demangler: bool
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing_libraries or self.missing_versions or self.unresolved or self.unreadable)
-
-
-class ObjectCache:
-    """Read each object once across many resolutions (torch's libraries are large)."""
-
-    def __init__(self, root: str = "/") -> None:
-        self.root = root
-        self._objects: dict[str, ElfObject | ElfReadError] = {}
-
-    def get(self, path: str) -> ElfObject:
-        key = os.path.normpath(path)
-        if key not in self._objects:
-            try:
-                self._objects[key] = read_object(key, self.root)
-            except ElfReadError as exc:
-                self._objects[key] = exc
-        found = self._objects[key]
-        if isinstance(found, ElfReadError):
-            raise found
-        return found
-
-
-_DEFAULT_DIRS = (
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-)
-
-
-def system_library_dirs(root: str = "/") -> tuple[str, ...]:
-    """Directories from the root's ``/etc/ld.so.conf`` (with includes) and the defaults."""
-    dirs: list[str] = []
-    seen_files: set[str] = set()
-
-    def read_conf(conf: str) -> None:
-        hconf = host_path(root, conf)
-        if hconf in seen_files or not os.path.isfile(hconf):
-            return
-        seen_files.add(hconf)
-        try:
-            with open(hconf, encoding="utf-8", errors="replace") as fh:
-                lines = fh.read().splitlines()
-        except OSError:
-            return
-        for raw in lines:
-            line = raw.split("#", 1)[0].strip()
-            if not line:
-                continue
-            if line.startswith("include"):
-                pattern = line.split(None, 1)[1] if len(line.split(None, 1)) > 1 else ""
-                if not pattern.startswith("/"):
-                    pattern = os.path.join(os.path.dirname(conf), pattern)
-                hits = glob.glob(os.path.join(root, pattern.lstrip("/")))
-                for hit in sorted(hits):
-                    read_conf("/" + os.path.relpath(hit, root) if root not in ("", "/") else hit)
-            elif line.startswith("/"):
-                dirs.append(line)
-
-    read_conf("/etc/ld.so.conf")
-    for d in _DEFAULT_DIRS:
-        if d not in dirs:
-            dirs.append(d)
-    return tuple(dirs)
-
-
-def _expand_origin(entry: str, obj_path: str) -> str:
-    origin = os.path.dirname(obj_path)
-    return entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
-
-
-def _exists(root: str, path: str) -> bool:
-    try:
-        return os.path.isfile(host_path(root, path))
-    except ElfReadError:
-        return False
-
-
-def resolve(module: str, search: LibrarySearch, cache: ObjectCache | None = None) -> Resolution:
-    """Load ``module`` like the dynamic loader would and report what does not resolve.
-
-    DT_NEEDED names are satisfied by a preloaded object's SONAME first, then
-    looked up in the object's RPATH (when it has no RUNPATH), ``extra_dirs``,
-    its RUNPATH, then the system directories, breadth first. A candidate of
-    another ELF class or machine is skipped, as the loader does. The module's
-    undefined, non-weak symbols must then be defined, with the version they
-    ask for, by some object in scope (its dependency closure and the preloaded
-    objects); each one that is not comes back with near misses from scope.
-    """
-    root = search.root
-    cache = cache or ObjectCache(root)
-    system_dirs = search.system_dirs if search.system_dirs is not None else system_library_dirs(root)
-    mod = cache.get(module)
-
-    unreadable: list[tuple[str, str]] = []
-    by_name: dict[str, ElfObject] = {}
-    preloaded: list[ElfObject] = []
-    for p in search.preloaded:
-        try:
-            obj = cache.get(p)
-        except ElfReadError as exc:
-            unreadable.append((p, exc.reason))
-            continue
-        preloaded.append(obj)
-        by_name.setdefault(obj.soname or os.path.basename(p), obj)
-
-    loaded: list[tuple[str, str]] = []
-    missing_libs: list[MissingLibrary] = []
-    closure: list[ElfObject] = [mod]
-    queue = [mod]
-    while queue:
-        obj = queue.pop(0)
-        for name in obj.needed:
-            if name in by_name:
-                found = by_name[name]
-                if all(found is not c for c in closure):
-                    closure.append(found)
-                    queue.append(found)
-                continue
-            dirs = (
-                ([_expand_origin(d, obj.path) for d in obj.rpath] if not obj.runpath else [])
-                + list(search.extra_dirs)
-                + [_expand_origin(d, obj.path) for d in obj.runpath]
-                + list(system_dirs)
-            )
-            candidates = [name] if "/" in name else [os.path.join(d, name) for d in dirs]
-            hit = None
-            skipped: list[tuple[str, str]] = []
-            for cand in candidates:
-                if not _exists(root, cand):
-                    continue
-                try:
-                    lib = cache.get(cand)
-                except ElfReadError as exc:
-                    skipped.append((cand, exc.reason))  # the loader skips it too and searches on
-                    continue
-                if lib.elf_class != mod.elf_class or lib.machine != mod.machine:
-                    continue
-                hit = lib
-                break
-            if hit is None:
-                unreadable.extend(skipped)
-                missing_libs.append(MissingLibrary(name, obj.path, tuple(dict.fromkeys(dirs))))
-                continue
-            by_name[name] = hit
-            if hit.soname:
-                by_name.setdefault(hit.soname, hit)
-            loaded.append((name, hit.path))
-            closure.append(hit)
-            queue.append(hit)
-
-    scope = closure[1:] + [p for p in preloaded if all(p is not c for c in closure)]
-
-    missing_versions: list[MissingVersion] = []
-    for lib_name, versions in mod.version_needs.items():
-        provider = by_name.get(lib_name)
-        if provider is None:
-            continue  # reported as a missing library
-        for v in versions:
-            if provider.version_defs and v not in provider.version_defs:
-                prefix = re.sub(r"[\d.]+$", "", v)
-                same = tuple(d for d in provider.version_defs if d.startswith(prefix) and d != prefix)
-                missing_versions.append(MissingVersion(lib_name, v, provider.path, same))
-
-    missing = [s for s in mod.undefined if not s.weak and not any(o.defines(s.name, s.version) for o in scope)]
-    have_demangler = demangler_available()
-    demangled = demangle(s.name for s in missing)
-    unresolved = []
-    for s in missing:
-        unresolved.append(
-            UnresolvedSymbol(
-                name=s.name,
-                demangled=demangled[s.name],
-                version=s.version,
-                version_file=s.version_file,
-                kind=s.kind,
-                near_misses=_near_misses(demangled[s.name], s.name, scope),
-            )
-        )
-    return Resolution(
-        module=module,
-        loaded=tuple(loaded),
-        missing_libraries=tuple(missing_libs),
-        missing_versions=tuple(missing_versions),
-        unresolved=tuple(unresolved),
-        unreadable=tuple(unreadable),
-        demangler=have_demangler,
-    )
-
-
-_SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _near_misses(demangled: str, mangled: str, scope: Sequence[ElfObject]) -> tuple[NearMiss, ...]:
-    if not mangled.startswith("_Z") or demangled == mangled:
-        return ()
-    qual = qualified_name(demangled)
-    last = _SOURCE_NAME.search(qual)
-    if not last:
-        return ()
-    # a mangled name spells each identifier as <length><identifier>
-    needle = f"{len(last.group(0))}{last.group(0)}"
-    found: list[tuple[str, str | None, str]] = []
-    for obj in scope:
-        for name, entries in obj.defined.items():
-            if needle in name and name != mangled:
-                found.extend((name, v, obj.path) for v, _ in entries)
-    if not found:
-        return ()
-    names = demangle(n for n, _, _ in found)
-    neutral = _abi_neutral(demangled)
-    out = []
-    for name, version, provider in found:
-        d = names[name]
-        if qualified_name(d) != qual and _abi_neutral(qualified_name(d)) != _abi_neutral(qual):
-            continue
-        out.append(NearMiss(name, d, version, provider, abi_only=_abi_neutral(d) == neutral))
-    return tuple(dict.fromkeys(out))
-
-
-# ---------------------------------------------------------------------------
 # CPython extension modules
 
 
@@ -900,165 +586,3 @@ def limited_api_violations(obj: ElfObject, minimum: tuple[int, int] | None = Non
                 )
             )
     return tuple(issues)
-
-
-# ---------------------------------------------------------------------------
-# CUDA fat binaries
-
-_FATBIN_MAGIC = 0xBA55ED50
-_FATBIN_HEADER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries that follow
-# kind, ?, header size, padded payload size, payload size, ?, minor, major, arch, ...flags at 40
-_FATBIN_ENTRY = struct.Struct("<HHIQIIHHI")
-_KIND_PTX, _KIND_ELF = 1, 2
-# Entry flag bits, seen on nvcc 13.0 output (cross-checked with cuobjdump --list-elf/--list-ptx):
-_FLAG_ARCH_SPECIFIC = 0x100000  # sm_90a / compute_90a
-_FLAG_FAMILY_SPECIFIC = 0x200000  # sm_100f / compute_120f
-
-
-@dataclasses.dataclass(frozen=True)
-class CudaCode:
-    """The GPU code an object carries: cubins ("sm_90a") and PTX ("compute_80").
-
-    ``source`` says how it was listed: "fatbin" (parsed here) or "cuobjdump".
-    """
-
-    cubins: tuple[str, ...]
-    ptx: tuple[str, ...]
-    source: str
-
-    def runs_on(self, capability: tuple[int, int]) -> tuple[str, str] | None:
-        """("cubin", arch) or ("ptx", arch) the driver would pick for a GPU, or None.
-
-        A cubin runs on its own major at an equal or higher minor (never across
-        majors); "a" cubins run on exactly their arch. PTX is JIT-compiled for
-        any GPU at or above its arch ("a" PTX: only its own).
-        """
-        best = None
-        for arch in self.cubins:
-            cc, suffix = _parse_arch(arch)
-            ok = cc == capability if suffix == "a" else (cc[0] == capability[0] and cc[1] <= capability[1])
-            if ok and (best is None or cc > best[0]):
-                best = (cc, arch)
-        if best:
-            return ("cubin", best[1])
-        for arch in self.ptx:
-            cc, suffix = _parse_arch(arch)
-            if suffix == "a":
-                ok = cc == capability
-            elif suffix == "f":
-                ok = cc[0] == capability[0] and cc[1] <= capability[1]
-            else:
-                ok = cc <= capability
-            if ok and (best is None or cc > best[0]):
-                best = (cc, arch)
-        return ("ptx", best[1]) if best else None
-
-
-def _parse_arch(arch: str) -> tuple[tuple[int, int], str]:
-    m = re.fullmatch(r"(?:sm|compute)_(\d+?)(\d)([af]?)", arch)
-    if not m:
-        raise ValueError(f"not a CUDA arch name: {arch!r}")
-    return (int(m.group(1)), int(m.group(2))), m.group(3)
-
-
-def _arch_name(prefix: str, arch: int, flags: int) -> str:
-    suffix = "a" if flags & _FLAG_ARCH_SPECIFIC else "f" if flags & _FLAG_FAMILY_SPECIFIC else ""
-    return f"{prefix}_{arch}{suffix}"
-
-
-def parse_fatbin(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(cubin archs, PTX archs) of the fat binary containers in a ``.nv_fatbin`` section.
-
-    A section holds one container per compiled translation unit (plus nvcc's
-    device-link one), each a 16-byte header and entries of [header, payload];
-    only the entry headers are read, so compressed payloads need no decoding.
-    """
-    cubins: dict[str, None] = {}
-    ptx: dict[str, None] = {}
-    off = 0
-    containers = 0
-    while off + _FATBIN_HEADER.size <= len(data):
-        magic, _version, header_size, size = _FATBIN_HEADER.unpack_from(data, off)
-        if magic != _FATBIN_MAGIC:
-            if any(data[off : off + 8]):
-                raise FatbinError(f"no fat binary header at offset {off:#x} (magic {magic:#010x})")
-            off += 8  # zero padding between containers
-            continue
-        end = off + header_size + size
-        if header_size < _FATBIN_HEADER.size or end > len(data):
-            raise FatbinError(f"fat binary container at {off:#x} claims {size} bytes past the section end")
-        entry = off + header_size
-        while entry + 48 <= end:
-            kind, _, ehsize, padded, _, _, _, _, arch = _FATBIN_ENTRY.unpack_from(data, entry)
-            (flags,) = struct.unpack_from("<Q", data, entry + 40)
-            if ehsize < 48:
-                raise FatbinError(f"fat binary entry at {entry:#x} has header size {ehsize}")
-            if kind == _KIND_ELF:
-                cubins[_arch_name("sm", arch, flags)] = None
-            elif kind == _KIND_PTX:
-                ptx[_arch_name("compute", arch, flags)] = None
-            entry += ehsize + padded
-        containers += 1
-        off = (end + 7) & ~7
-    if containers == 0:
-        raise FatbinError("the .nv_fatbin section holds no fat binary container")
-    return tuple(sorted(cubins, key=_arch_order)), tuple(sorted(ptx, key=_arch_order))
-
-
-def _arch_order(arch: str) -> tuple[tuple[int, int], str]:
-    return _parse_arch(arch)
-
-
-def cuda_code(path: str, root: str = "/") -> CudaCode | None:
-    """The cubins and PTX in an object's ``.nv_fatbin`` section, or None when it has none.
-
-    Parsed directly so no CUDA toolkit is needed; when the parse fails and
-    ``cuobjdump`` is on PATH, its listing is used instead (``source`` says
-    which). Raises :class:`FatbinError` when neither works.
-    """
-    ELFFile, _, ELFError = _elftools()
-    hpath = host_path(root, path)
-    try:
-        with open(hpath, "rb") as fh:
-            elf = ELFFile(fh)
-            section = elf.get_section_by_name(".nv_fatbin")
-            if section is None:
-                return None
-            data = section.data()
-    except OSError as exc:
-        raise ElfReadError(path, exc.strerror or str(exc)) from exc
-    except ELFError as exc:
-        raise ElfReadError(path, f"malformed ELF: {exc}") from exc
-    try:
-        cubins, ptx = parse_fatbin(data)
-        return CudaCode(cubins, ptx, "fatbin")
-    except FatbinError as parse_error:
-        exe = shutil.which("cuobjdump")
-        if not exe:
-            raise FatbinError(f"{path}: {parse_error}; cuobjdump is not on PATH to list it instead") from None
-        return _cuobjdump_listing(exe, hpath, path, parse_error)
-
-
-_CUOBJDUMP_LINE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(?:cubin|ptx)$")
-
-
-def _cuobjdump_listing(exe: str, hpath: str, path: str, parse_error: Exception) -> CudaCode:
-    cubins: dict[str, None] = {}
-    ptx: dict[str, None] = {}
-    for flag in ("--list-elf", "--list-ptx"):
-        try:
-            proc = subprocess.run([exe, flag, hpath], capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise FatbinError(f"{path}: {parse_error}; cuobjdump {flag} failed: {exc}") from None
-        if proc.returncode != 0:
-            why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            raise FatbinError(f"{path}: {parse_error}; cuobjdump {flag} cannot list it either: {why[0]}")
-        for line in proc.stdout.splitlines():
-            m = _CUOBJDUMP_LINE.match(line.strip())
-            if not m:
-                continue
-            if m.group(1) == "ELF":
-                cubins[m.group(2)] = None
-            else:
-                ptx[m.group(2).replace("sm_", "compute_")] = None
-    return CudaCode(tuple(sorted(cubins, key=_arch_order)), tuple(sorted(ptx, key=_arch_order)), "cuobjdump")

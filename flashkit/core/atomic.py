@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -40,3 +42,13 @@ def write_texts_atomic(files: dict[Path, str]) -> None:
         raise
     for tmp, path in staged:
         os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """``data`` as sorted, indented JSON, all or nothing."""
+    write_text_atomic(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def utc_now() -> str:
+    """The current instant as RFC 3339 UTC, to the second (records carry no finer times)."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()

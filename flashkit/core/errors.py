@@ -1,25 +1,13 @@
-"""Errors a user can act on. Each class carries the process exit code the CLI returns for it.
+"""Errors a user can act on. Each class carries the exit code the CLI returns for it.
 
-Exit codes: EXIT_CODES below (printed by `flashkit --help`, listed in the README).
+Every code flashkit returns is listed once, in ``EXIT_CODES`` (printed by ``flashkit --help`` and
+copied into the README), so a script can branch on them. Messages say what failed, the evidence
+(``detail``: a log tail, a record line) and what to do (``hint``), folded into the one message the
+CLI prints; a traceback only with ``--debug``. Exit 1 is reserved for bugs in flashkit itself: no
+bad input may end there.
 """
 
 from __future__ import annotations
-
-EXIT_CODES = (
-    ("0", "success"),
-    ("1", "internal error (a bug in flashkit; rerun with --debug for the traceback)"),
-    ("2", "usage error (bad command line)"),
-    ("3", "invalid input: an env spec, an unknown env id, a repository layout problem"),
-    ("4", "an env was rejected by a compatibility rule"),
-    ("5", "lockfile problem: missing, stale, inconsistent, or the resolver (uv) failed"),
-    ("6", "lint failed: hadolint reported findings on a rendered Dockerfile"),
-    ("7", "a required external tool is missing or failed to start (uv, hadolint, docker)"),
-    ("8", "not implemented yet"),
-    ("10-16", "image pipeline: engine, base, build, container, record, tier error, not verified (image_errors.py)"),
-    ("17-19", "publish: refused by the record, push failed, pulled-back image differs (publish.py)"),
-    ("20-21", "doctor: 20 problems found, 21 could not inspect the environment (doctor.py)"),
-    ("30", "build --check: the cold rebuild's wheel is not bit-identical to the first build's"),
-)
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -31,16 +19,29 @@ class FlashkitError(Exception):
 
     exit_code: int = EXIT_INTERNAL
 
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, *, detail: str | None = None, hint: str | None = None):
+        text = message
+        if detail:
+            text += "\n" + "\n".join("  " + line for line in detail.rstrip().splitlines())
+        if hint:
+            text += f"\nwhat to do: {hint}"
+        super().__init__(text)
+        self.message = text
+        self.detail = detail
+        self.hint = hint
 
     def __str__(self) -> str:
         return self.message
 
 
+class UsageError(FlashkitError):
+    """A bad command line that argparse cannot see (an env id, a registry, a policy)."""
+
+    exit_code = EXIT_USAGE
+
+
 class SpecError(FlashkitError):
-    """An env spec (or the repository holding it) is not valid input."""
+    """An input file of the repository (spec, template, kernel sources) or its layout is not valid."""
 
     exit_code = 3
 
@@ -52,7 +53,7 @@ class RuleRejected(FlashkitError):
 
 
 class LockError(FlashkitError):
-    """A lockfile is missing, stale or inconsistent, or resolving it failed."""
+    """A lockfile is missing, unreadable, stale or inconsistent, or resolving it failed."""
 
     exit_code = 5
 
@@ -69,64 +70,117 @@ class ToolError(FlashkitError):
     exit_code = 7
 
 
-class NotImplementedYet(FlashkitError):
-    """The subcommand exists in the design but its module has not been delivered."""
-
-    exit_code = 8
-
-
-# -- the image pipeline (10-16): each carries what failed, the evidence (detail) and what to do (hint)
-class ImageError(FlashkitError):
-    exit_code = 10
-
-    def __init__(self, message: str, *, detail: str | None = None, hint: str | None = None):
-        text = message
-        if detail:
-            text += "\n" + "\n".join("  " + line for line in detail.rstrip().splitlines())
-        if hint:
-            text += f"\nwhat to do: {hint}"
-        super().__init__(text)
-        self.detail = detail
-        self.hint = hint
-
-
-class EngineError(ImageError):
+# -- the image pipeline -------------------------------------------------------------------------------
+class EngineError(FlashkitError):
     """The container engine is missing, too old, or could not be started."""
 
     exit_code = 10
 
 
-class BaseImageError(ImageError):
-    """A Debian base image could not be created or is not what the record pins."""
+class BaseImageError(FlashkitError):
+    """A Debian base image could not be created or is not what the base record pins."""
 
     exit_code = 11
 
 
-class BuildError(ImageError):
-    """An image build failed."""
+class BuildError(FlashkitError):
+    """An image build failed, or a cached build result is unreadable."""
 
     exit_code = 12
 
 
-class ContainerError(ImageError):
+class ContainerError(FlashkitError):
     """A container could not be created, or a command or copy inside it failed."""
 
     exit_code = 13
 
 
-class RecordError(ImageError):
-    """A verification record is unreadable or does not fit the artifact."""
+# -- the ledger -----------------------------------------------------------------------------------------
+class RecordError(FlashkitError):
+    """A ledger file is unreadable, malformed, or was written by a newer flashkit."""
 
     exit_code = 14
 
 
-class TierError(ImageError):
-    """A verification tier could not run at all."""
+class TierError(FlashkitError):
+    """A verification tier could not run at all (an error, not a failed check)."""
 
     exit_code = 15
 
 
-class NotVerified(ImageError):
-    """Verification ran and at least one tier did not pass."""
+class NotVerified(FlashkitError):
+    """Verification ran and at least one required tier did not pass."""
 
     exit_code = 16
+
+
+class PublishRefused(FlashkitError):
+    """The ledger does not show every tier the policy requires passed for exactly this artifact."""
+
+    exit_code = 17
+
+
+class PushFailed(FlashkitError):
+    """A push or a registry call failed, or the registry answered something unusable; no tag was moved."""
+
+    exit_code = 18
+
+
+class PullBackMismatch(FlashkitError):
+    """What the registry serves by digest is not the image that was pushed."""
+
+    exit_code = 19
+
+
+# 20 and 21 belong to doctor (flashkit.doctor.model): problems found / could not inspect.
+EXIT_DOCTOR_PROBLEMS = 20
+EXIT_DOCTOR_UNINSPECTED = 21
+
+
+class ResultMalformed(FlashkitError):
+    """An imported GPU result is not a complete, well-formed result file."""
+
+    exit_code = 22
+
+
+class EvidenceMismatch(FlashkitError):
+    """An imported GPU result disagrees with the JUnit report it came with (counts, verdict, digest)."""
+
+    exit_code = 23
+
+
+class EnvMismatch(FlashkitError):
+    """An imported GPU result ran on another env, torch, CUDA or GPU architecture than the env's."""
+
+    exit_code = 24
+
+
+class UnknownArtifact(FlashkitError):
+    """An imported GPU result judged a wheel that no build in the ledger produced."""
+
+    exit_code = 25
+
+
+class NotReproducible(FlashkitError):
+    """build --check: the cold rebuild's wheel is not bit-identical to the first build's."""
+
+    exit_code = 30
+
+
+def _table() -> tuple[tuple[str, str], ...]:
+    classes = [c for c in globals().values() if isinstance(c, type) and issubclass(c, FlashkitError)]
+    first = {
+        c.exit_code: (c.__doc__ or "").strip().split("\n")[0].rstrip(".") for c in classes if c.exit_code > EXIT_USAGE
+    }
+    rows = {code: text[0].lower() + text[1:] for code, text in first.items()}
+    rows[EXIT_DOCTOR_PROBLEMS] = "doctor: problems found in the inspected environment"
+    rows[EXIT_DOCTOR_UNINSPECTED] = "doctor: something that matters could not be inspected"
+    head = (
+        ("0", "success"),
+        ("1", "internal error: a bug in flashkit (rerun with --debug for the traceback); no bad input ends here"),
+        ("2", "usage error: a bad command line"),
+    )
+    return head + tuple((str(code), text) for code, text in sorted(rows.items()))
+
+
+EXIT_CODES = _table()

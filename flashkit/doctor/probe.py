@@ -2,13 +2,14 @@
 
 The thin edge of the doctor: everything that runs a process or reads a file
 lives here, and returns plain frozen values (:class:`Facts`) that
-:mod:`flashkit.doctor.report` judges without touching the system.
+:mod:`flashkit.doctor.diagnose` judges without touching the system.
 
 - The target interpreter (``--python``, default this one) is asked in two
   child processes: one that reads metadata and module locations without
   importing anything heavy, and one that imports torch, reads its facts and
   tries to import the compiled modules. A torch whose import raises, hangs or
-  crashes the child costs only that step: the failure becomes a fact.
+  crashes the child costs only that step: the failure becomes a fact. What
+  the children run is :mod:`flashkit.doctor.target_probe`.
 - ``nvcc --version`` and ``nvidia-smi`` are run when present.
 - Compiled modules are read with :mod:`flashkit.binary.elf` in this process (the
   target interpreter need not have pyelftools).
@@ -37,13 +38,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flashkit.binary import elf
+from flashkit.binary import elf, fatbin, linking
+from flashkit.doctor import target_probe
 
 # Distributions whose versions the doctor reports (names as importlib.metadata spells them).
 WATCHED_DISTRIBUTIONS = (
@@ -163,8 +164,8 @@ class ModuleFacts:
     # the symbol named by the loader's "undefined symbol: X" message, and its demangled form
     loader_symbol: tuple[str, str] | None = None
     needed: tuple[str, ...] = ()
-    resolution: elf.Resolution | None = None
-    cuda: elf.CudaCode | None = None
+    resolution: linking.Resolution | None = None
+    cuda: fatbin.CudaCode | None = None
     has_fatbin: bool = False
     limited_api: tuple[elf.LimitedApiIssue, ...] | None = None  # None: not checked
     glibc_required: str | None = None
@@ -265,211 +266,19 @@ def _from_plain(tp: Any, value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# Code that runs in the target interpreter. Each function is sent with
-# inspect.getsource and must use only the standard library of Python 3.8+.
-
-
-def _target_environment(watched, packages, top_level):
-    import importlib.metadata as md
-    import importlib.util
-    import os
-    import platform
-    import sys
-    import sysconfig
-
-    out = {"errors": []}
-    impl = sys.implementation.name
-    ft = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-    ver = sys.version_info
-    glibc = None
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"
-        if libc and libc.startswith("glibc "):
-            glibc = libc.split()[1]
-    except (ValueError, OSError, AttributeError):
-        pass
-    libpython = None
-    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        libdir = sysconfig.get_config_var("LIBDIR") or ""
-        ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
-        candidate = os.path.join(libdir, ldlib)
-        if ldlib and os.path.exists(candidate):
-            libpython = os.path.realpath(candidate)
-    site = []
-    for key in ("purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p and p not in site:
-            site.append(p)
-    out["interpreter"] = {
-        "executable": sys.executable,
-        "realpath": os.path.realpath(sys.executable),
-        "version": f"{ver.major}.{ver.minor}.{ver.micro}",
-        "implementation": impl,
-        "tag": f"{'cp' if impl == 'cpython' else impl}{ver.major}{ver.minor}{'t' if ft else ''}",
-        "machine": platform.machine(),
-        "glibc": glibc,
-        "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
-        "libpython": libpython,
-        "site_packages": site,
-    }
-
-    dists = []
-    owners = {}
-    for name in watched:
-        try:
-            d = md.distribution(name)
-        except md.PackageNotFoundError:
-            continue
-        except Exception as exc:
-            out["errors"].append(["distribution " + name, repr(exc)])
-            continue
-        tags = []
-        installer = None
-        try:
-            for line in (d.read_text("WHEEL") or "").splitlines():
-                if line.startswith("Tag:"):
-                    tags.append(line.split(":", 1)[1].strip())
-            installer = (d.read_text("INSTALLER") or "").strip() or None
-        except Exception as exc:
-            out["errors"].append(["wheel tags of " + name, repr(exc)])
-        location = None
-        try:
-            location = str(d.locate_file(""))
-            for f in d.files or []:
-                if str(f).endswith(".so"):
-                    owners[os.path.realpath(str(d.locate_file(f)))] = d.metadata["Name"]
-        except Exception as exc:
-            out["errors"].append(["files of " + name, repr(exc)])
-        key = d.metadata["Name"]
-        if any(x["name"] == key for x in dists):
-            continue
-        dists.append(
-            {
-                "name": key,
-                "version": d.version,
-                "location": location,
-                "wheel_tags": tags,
-                "installer": installer,
-            }
-        )
-    out["distributions"] = dists
-
-    def origin_of(name):
-        try:
-            spec = importlib.util.find_spec(name)
-        except Exception as exc:
-            out["errors"].append(["find " + name, repr(exc)])
-            return None
-        return spec
-
-    torch_spec = origin_of("torch")
-    out["torch_location"] = None
-    if torch_spec is not None and torch_spec.submodule_search_locations and torch_spec.origin:
-        out["torch_location"] = next(iter(torch_spec.submodule_search_locations))
-
-    modules = []
-    for pkg in packages:
-        spec = origin_of(pkg)
-        # a namespace package (no __init__) is a source checkout on sys.path, not an install
-        if spec is None or not spec.submodule_search_locations or not spec.origin or not os.path.isfile(spec.origin):
-            continue
-        for base in spec.submodule_search_locations:
-            for dirpath, dirnames, filenames in os.walk(base):
-                dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "tests")]
-                for fn in sorted(filenames):
-                    if fn.endswith(".so"):
-                        path = os.path.join(dirpath, fn)
-                        rel = os.path.relpath(path, os.path.dirname(base))[: -len(".so")]
-                        modname = rel.split(".")[0].replace(os.sep, ".")
-                        modules.append(
-                            {
-                                "path": path,
-                                "package": pkg,
-                                "module": modname,
-                                "distribution": owners.get(os.path.realpath(path)),
-                            }
-                        )
-    for name in top_level:
-        spec = origin_of(name)
-        if spec is not None and spec.origin and spec.origin.endswith(".so"):
-            modules.append(
-                {
-                    "path": spec.origin,
-                    "package": name,
-                    "module": name,
-                    "distribution": owners.get(os.path.realpath(spec.origin)),
-                }
-            )
-    out["modules"] = modules
-    return out
-
-
-def _target_torch(packages, extensions):
-    import importlib
-    import importlib.util
-    import traceback
-
-    out = {"imported": False, "import_error": None, "modules": {}}
-    try:
-        import torch
-    except BaseException as exc:
-        lines = traceback.format_exception_only(type(exc), exc)
-        out["import_error"] = "".join(lines).strip()[-2000:]
-        return out
-    out["imported"] = True
-    out["version"] = str(torch.__version__)
-    out["cuda"] = getattr(torch.version, "cuda", None)
-    out["hip"] = getattr(torch.version, "hip", None)
-    out["cxx11_abi"] = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", False))
-    devices = []
-    try:
-        out["cuda_available"] = bool(torch.cuda.is_available())
-        if out["cuda_available"]:
-            for i in range(torch.cuda.device_count()):
-                major, minor = torch.cuda.get_device_capability(i)
-                devices.append({"name": torch.cuda.get_device_name(i), "capability": f"{major}.{minor}"})
-        out["arch_list"] = list(torch.cuda.get_arch_list()) if out["cuda_available"] else []
-    except BaseException as exc:
-        out["cuda_error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
-    out["devices"] = devices
-    # packages as a user imports them; extension files loaded by path, so the loader's
-    # verdict on each file is not hidden behind its package's own imports
-    for name in packages:
-        try:
-            importlib.import_module(name)
-            out["modules"][name] = None
-        except BaseException as exc:
-            out["modules"][name] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
-    for name, path in extensions:
-        try:
-            spec = importlib.util.spec_from_file_location(name, path)
-            spec.loader.create_module(spec)
-            out["modules"][path] = None
-        except BaseException as exc:
-            out["modules"][path] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
-    loaded = []
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 6 and ".so" in parts[5] and parts[5] not in loaded:
-                    loaded.append(parts[5])
-    except OSError:
-        pass
-    out["loaded_libraries"] = loaded
-    return out
-
-
-# ---------------------------------------------------------------------------
 # Host side
 
 
-def _run_target(python: str, func: Callable[..., Any], args: tuple, timeout: float) -> dict[str, Any]:
-    """Run ``func(*args)`` in ``python`` and return its JSON result; raise RuntimeError with why not."""
-    source = textwrap.dedent(inspect.getsource(func))
+def _run_target(python: str, entry: Callable[..., Any], args: tuple, timeout: float) -> dict[str, Any]:
+    """Run ``entry(*args)`` in ``python`` and return its JSON result; raise RuntimeError with why not.
+
+    ``entry`` is a function of :mod:`flashkit.doctor.target_probe`: the whole
+    module travels, so the entry's helpers go with it, and it is called by name.
+    """
+    source = inspect.getsource(target_probe)
     code = (
         f"{source}\nimport json, sys\n"
-        f"_r = {func.__name__}(*json.loads(sys.argv[1]))\n"
+        f"_r = {entry.__name__}(*json.loads(sys.argv[1]))\n"
         f"sys.stdout.write('\\n{_MARK}' + json.dumps(_r) + '\\n')\n"
     )
     # A neutral working directory: run from the checkout, '' on sys.path would
@@ -588,8 +397,8 @@ def inspect_module(
     path: str,
     package: str,
     distribution: str | None,
-    search: elf.LibrarySearch,
-    cache: elf.ObjectCache,
+    search: linking.LibrarySearch,
+    cache: linking.ObjectCache,
     abi3_minimum: tuple[int, int] | None,
     *,
     abi3: bool | None = None,
@@ -620,9 +429,9 @@ def inspect_module(
         except Exception as exc:  # a failing check is a fact, never a crash
             errors.append(StepError(name, f"{type(exc).__name__}: {exc}"))
 
-    step("resolve symbols", lambda: elf.resolve(path, search, cache), "resolution")
+    step("resolve symbols", lambda: linking.resolve(path, search, cache), "resolution")
     if obj.has_fatbin:
-        step("list CUDA code", lambda: elf.cuda_code(path, search.root), "cuda")
+        step("list CUDA code", lambda: fatbin.cuda_code(path, search.root), "cuda")
     if abi3 is None:
         abi3 = abi3_minimum is not None or tag.kind == "abi3"
     if abi3:
@@ -664,74 +473,14 @@ def probe(
     python = python or sys.executable
     errors: list[StepError] = []
     tools = _tools()
-
-    env: dict[str, Any] = {}
-    try:
-        env = _run_target(
-            python,
-            _target_environment,
-            (WATCHED_DISTRIBUTIONS, MODULE_PACKAGES, TOP_LEVEL_MODULES),
-            ENV_TIMEOUT_S,
-        )
-    except Exception as exc:
-        errors.append(StepError("interpreter", str(exc)))
-    errors.extend(StepError(step, msg) for step, msg in env.get("errors", []))
-
-    interp = None
-    if "interpreter" in env:
-        d = env["interpreter"]
-        interp = InterpreterFacts(**{**d, "site_packages": tuple(d["site_packages"])})
-    dists = tuple(
-        Distribution(d["name"], d["version"], d["location"], tuple(d["wheel_tags"]), d["installer"])
-        for d in env.get("distributions", [])
-    )
-    torch_dist = next((d for d in dists if d.name.lower() == "torch"), None)
+    env = _probe_environment(python, errors)
+    interp = _interpreter_from(env)
+    dists = _distributions_from(env)
     raw_modules = env.get("modules", [])
-    cache = elf.ObjectCache()
-
-    torch: TorchFacts | None = None
-    import_errors: dict[str, str | None] = {}
-    tried_imports: set[str] = set()
-    if env and (torch_dist is not None or env.get("torch_location")):
-        location = env.get("torch_location")
-        if not import_torch:
-            torch = TorchFacts(location, None, None)
-        else:
-            packages = list(dict.fromkeys(m["package"] for m in raw_modules))
-            extensions = [[m["module"], m["path"]] for m in raw_modules if _is_extension(m["path"], cache)]
-            try:
-                t = _run_target(python, _target_torch, (packages, extensions), torch_timeout)
-            except Exception as exc:
-                torch = TorchFacts(location, False, f"the import torch probe failed: {exc}")
-            else:
-                if t.get("cuda_error"):
-                    errors.append(StepError("torch.cuda", t["cuda_error"]))
-                import_errors = t.get("modules", {})
-                tried_imports = set(import_errors)
-                torch = TorchFacts(
-                    location=location,
-                    imported=t["imported"],
-                    import_error=t["import_error"],
-                    version=t.get("version"),
-                    cuda=t.get("cuda"),
-                    hip=t.get("hip"),
-                    cxx11_abi=t.get("cxx11_abi"),
-                    cuda_available=t.get("cuda_available"),
-                    devices=tuple(Device(x["name"], x["capability"]) for x in t.get("devices", [])),
-                    arch_list=tuple(t.get("arch_list", [])),
-                    loaded_libraries=tuple(t.get("loaded_libraries", [])),
-                )
-
-    nvcc = None
-    try:
-        nvcc = probe_nvcc()
-    except Exception as exc:
-        errors.append(StepError("nvcc", str(exc)))
-    gpus: tuple[Gpu, ...] = ()
-    try:
-        gpus = probe_gpus()
-    except Exception as exc:
-        errors.append(StepError("nvidia-smi", str(exc)))
+    cache = linking.ObjectCache()
+    torch, import_errors = _probe_torch(python, env, dists, cache, errors, import_torch, torch_timeout)
+    tried_imports = set(import_errors)
+    nvcc, gpus = _probe_host_tools(errors)
 
     stubs = tuple(_module_stub(m, import_errors, tried_imports) for m in raw_modules)
     modules = inspect_modules(stubs, interp, torch, dists, "/", cache) if inspect_elf else stubs
@@ -743,7 +492,97 @@ def probe(
     return Facts(interp, torch, nvcc, gpus, dists, modules, tools, tuple(errors), imports)
 
 
-def _is_extension(path: str, cache: elf.ObjectCache) -> bool:
+def _probe_environment(python: str, errors: list[StepError]) -> dict[str, Any]:
+    """The target's :func:`~flashkit.doctor.target_probe.environment` answer; {} when it gave none."""
+    env: dict[str, Any] = {}
+    try:
+        env = _run_target(
+            python,
+            target_probe.environment,
+            (WATCHED_DISTRIBUTIONS, MODULE_PACKAGES, TOP_LEVEL_MODULES),
+            ENV_TIMEOUT_S,
+        )
+    except Exception as exc:
+        errors.append(StepError("interpreter", str(exc)))
+    errors.extend(StepError(step, msg) for step, msg in env.get("errors", []))
+    return env
+
+
+def _interpreter_from(env: dict[str, Any]) -> InterpreterFacts | None:
+    if "interpreter" not in env:
+        return None
+    d = env["interpreter"]
+    return InterpreterFacts(**{**d, "site_packages": tuple(d["site_packages"])})
+
+
+def _distributions_from(env: dict[str, Any]) -> tuple[Distribution, ...]:
+    return tuple(
+        Distribution(d["name"], d["version"], d["location"], tuple(d["wheel_tags"]), d["installer"])
+        for d in env.get("distributions", [])
+    )
+
+
+def _probe_torch(
+    python: str,
+    env: dict[str, Any],
+    dists: tuple[Distribution, ...],
+    cache: linking.ObjectCache,
+    errors: list[StepError],
+    import_torch: bool,
+    timeout: float,
+) -> tuple[TorchFacts | None, dict[str, str | None]]:
+    """TorchFacts (None: torch is not installed), and the import error of each package and extension tried.
+
+    The import errors are keyed by package name and by extension path; only
+    those tried are there (none when torch was not imported in a child).
+    """
+    torch_dist = next((d for d in dists if d.name.lower() == "torch"), None)
+    if not env or (torch_dist is None and not env.get("torch_location")):
+        return None, {}
+    location = env.get("torch_location")
+    if not import_torch:
+        return TorchFacts(location, None, None), {}
+    raw_modules = env.get("modules", [])
+    packages = list(dict.fromkeys(m["package"] for m in raw_modules))
+    extensions = [[m["module"], m["path"]] for m in raw_modules if _is_extension(m["path"], cache)]
+    try:
+        t = _run_target(python, target_probe.torch_facts, (packages, extensions), timeout)
+    except Exception as exc:
+        return TorchFacts(location, False, f"the import torch probe failed: {exc}"), {}
+    if t.get("cuda_error"):
+        errors.append(StepError("torch.cuda", t["cuda_error"]))
+    torch = TorchFacts(
+        location=location,
+        imported=t["imported"],
+        import_error=t["import_error"],
+        version=t.get("version"),
+        cuda=t.get("cuda"),
+        hip=t.get("hip"),
+        cxx11_abi=t.get("cxx11_abi"),
+        cuda_available=t.get("cuda_available"),
+        devices=tuple(Device(x["name"], x["capability"]) for x in t.get("devices", [])),
+        arch_list=tuple(t.get("arch_list", [])),
+        loaded_libraries=tuple(t.get("loaded_libraries", [])),
+    )
+    return torch, t.get("modules", {})
+
+
+def _probe_host_tools(errors: list[StepError]) -> tuple[Nvcc | None, tuple[Gpu, ...]]:
+    """nvcc and the GPUs of this host; a tool that fails is a StepError, not a crash."""
+    nvcc = None
+    try:
+        nvcc = probe_nvcc()
+    except Exception as exc:
+        errors.append(StepError("nvcc", str(exc)))
+    gpus: tuple[Gpu, ...] = ()
+    try:
+        gpus = probe_gpus()
+    except Exception as exc:
+        errors.append(StepError("nvidia-smi", str(exc)))
+    return nvcc, gpus
+
+
+def _is_extension(path: str, cache: linking.ObjectCache) -> bool:
     """Whether importing ``path`` makes sense: it defines PyInit_<name>, or (unreadable) its name says so."""
     try:
         obj = cache.get(path)
@@ -759,7 +598,7 @@ def inspect_modules(
     torch: TorchFacts | None,
     dists: tuple[Distribution, ...],
     root: str = "/",
-    cache: elf.ObjectCache | None = None,
+    cache: linking.ObjectCache | None = None,
 ) -> tuple[ModuleFacts, ...]:
     """Read the ELF facts of each module (paths inside ``root``), keeping what the import said.
 
@@ -769,7 +608,7 @@ def inspect_modules(
     """
     if not stubs:
         return ()
-    cache = cache or elf.ObjectCache(root)
+    cache = cache or linking.ObjectCache(root)
     preloaded: list[str] = []
     if interp is not None:
         preloaded.append(interp.realpath)
@@ -778,7 +617,7 @@ def inspect_modules(
     if torch is not None and torch.imported:
         preloaded.extend(p for p in torch.loaded_libraries if p not in preloaded)
     extra = (torch.lib_dir,) if torch is not None and torch.lib_dir else ()
-    search = elf.LibrarySearch(root=root, extra_dirs=extra, preloaded=tuple(preloaded))
+    search = linking.LibrarySearch(root=root, extra_dirs=extra, preloaded=tuple(preloaded))
     by_name = {d.name: d for d in dists}
     out = []
     for stub in stubs:

@@ -15,7 +15,6 @@ checks the tag still points at the pinned id before it builds on it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import email.utils
@@ -29,10 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from flashkit.evidence.artifact_check import sha256  # one streaming file hash, stdlib-only
-from flashkit.images.engine import Engine, ensure_engine
-from flashkit.core.errors import BaseImageError
-from flashkit.ledger.record import write_json_atomic
+from flashkit.core.atomic import write_json_atomic
+from flashkit.core.digests import sha256_file as sha256
+from flashkit.core.errors import BaseImageError, UsageError
+from flashkit.core.safeio import read_text
+from flashkit.core.textcheck import check_site_url
+from flashkit.images.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +118,20 @@ def host_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
 
 
 def resolve_mirror(cli_value: str | None) -> tuple[str, str]:
-    """(mirror, where it came from): CLI flag, then FLASHKIT_DEBIAN_MIRROR, then the host's apt."""
-    if cli_value:
-        return cli_value.rstrip("/"), "--mirror"
-    env = os.environ.get("FLASHKIT_DEBIAN_MIRROR")
-    if env:
-        return env.rstrip("/"), "FLASHKIT_DEBIAN_MIRROR"
+    """(mirror, where it came from): CLI flag, then FLASHKIT_DEBIAN_MIRROR, then the host's apt.
+
+    The mirror lands in the base's /etc/apt/sources.list, a layer of every image built on it, so a
+    mirror with credentials is refused (debootstrap has no other way to be given them).
+    """
+    for value, origin in (
+        (cli_value, "--mirror"),
+        (os.environ.get("FLASHKIT_DEBIAN_MIRROR"), "FLASHKIT_DEBIAN_MIRROR"),
+    ):
+        if value:
+            why = check_site_url(value, origin)
+            if why:
+                raise UsageError(why)
+            return value.rstrip("/"), origin
     return host_mirror(), "host apt sources"
 
 
@@ -186,14 +195,7 @@ def create_base(
     repo: str = IMAGE_REPO,
 ) -> BaseRecord:
     """debootstrap ``suite``, import it as ``<repo>:<suite>`` (default flashkit/debian) and pin its id."""
-    if suite not in SUITES:
-        raise BaseImageError(f"unknown Debian suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
-    if not shutil.which("debootstrap"):
-        raise BaseImageError(
-            "debootstrap is not installed", hint="apt-get install debootstrap (or `flashkit engine ensure --install`)"
-        )
-    if os.geteuid() != 0:
-        raise BaseImageError("debootstrap needs root", hint="run `flashkit base create` as root")
+    _check_can_debootstrap(suite)
     mirror_url, origin = resolve_mirror(mirror)
     log.info("creating %s base from %s (%s)", suite, mirror_url, origin)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -208,46 +210,10 @@ def create_base(
         release_raw, epoch = _release_date(rootfs, suite)
         _tidy(rootfs)
         tar_path = Path(tmp) / "rootfs.tar"
-        # Fixed member order, numeric owners, mtimes clamped to the archive's
-        # date and no atime/ctime: the same packages give the same bytes.
-        _run_logged(
-            [
-                "tar",
-                "-C",
-                str(rootfs),
-                "--create",
-                "--file",
-                str(tar_path),
-                "--sort=name",
-                "--numeric-owner",
-                f"--mtime=@{epoch}",
-                "--clamp-mtime",
-                "--format=posix",
-                "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime",
-                ".",
-            ],
-            logf,
-        )
+        _tar_rootfs(rootfs, tar_path, epoch, logf)
         digest = "sha256:" + sha256(tar_path)
         tag = f"{repo}:{suite}"
-        changes = [
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "ENV LANG=C.UTF-8",
-            'CMD ["bash"]',
-        ]
-        sdk = engine.sdk()
-        try:
-            out = sdk.api.import_image(src=str(tar_path), repository=repo, tag=suite, changes=changes)
-            image = sdk.images.get(tag)
-            image.tag(repo, f"{suite}-{image.id.removeprefix('sha256:')[:12]}")
-        finally:
-            sdk.close()
-        log.debug("import answered %s", out)
-        layers = image.attrs.get("RootFS", {}).get("Layers", [])
-        if layers != [digest]:
-            # The engine stores the stream it was given, so its diff id must be
-            # the tar's digest; anything else means the import was altered.
-            raise BaseImageError(f"imported layer {layers} differs from the tar's {digest}")
+        image = _import_layer(engine, tar_path, repo, suite, digest)
     rec = BaseRecord(
         suite=suite,
         tag=tag,
@@ -264,13 +230,71 @@ def create_base(
     return rec
 
 
+def _check_can_debootstrap(suite: str) -> None:
+    """Refuse early, before any work, what debootstrap would fail on later."""
+    if suite not in SUITES:
+        raise BaseImageError(f"unknown Debian suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
+    if not shutil.which("debootstrap"):
+        raise BaseImageError(
+            "debootstrap is not installed", hint="apt-get install debootstrap (or `flashkit engine ensure --install`)"
+        )
+    if os.geteuid() != 0:
+        raise BaseImageError("debootstrap needs root", hint="run `flashkit base create` as root")
+
+
+def _tar_rootfs(rootfs: Path, tar_path: Path, epoch: int, logf) -> None:
+    # Fixed member order, numeric owners, mtimes clamped to the archive's
+    # date and no atime/ctime: the same packages give the same bytes.
+    _run_logged(
+        [
+            "tar",
+            "-C",
+            str(rootfs),
+            "--create",
+            "--file",
+            str(tar_path),
+            "--sort=name",
+            "--numeric-owner",
+            f"--mtime=@{epoch}",
+            "--clamp-mtime",
+            "--format=posix",
+            "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime",
+            ".",
+        ],
+        logf,
+    )
+
+
+def _import_layer(engine: Engine, tar_path: Path, repo: str, suite: str, digest: str):
+    """``docker import`` the tar as ``<repo>:<suite>`` (and a tag naming its id); the image, its layer checked."""
+    changes = [
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "ENV LANG=C.UTF-8",
+        'CMD ["bash"]',
+    ]
+    sdk = engine.sdk()
+    try:
+        out = sdk.api.import_image(src=str(tar_path), repository=repo, tag=suite, changes=changes)
+        image = sdk.images.get(f"{repo}:{suite}")
+        image.tag(repo, f"{suite}-{image.id.removeprefix('sha256:')[:12]}")
+    finally:
+        sdk.close()
+    log.debug("import answered %s", out)
+    layers = image.attrs.get("RootFS", {}).get("Layers", [])
+    if layers != [digest]:
+        # The engine stores the stream it was given, so its diff id must be
+        # the tar's digest; anything else means the import was altered.
+        raise BaseImageError(f"imported layer {layers} differs from the tar's {digest}")
+    return image
+
+
 def load_records(record_path: Path = RECORD_PATH) -> dict[str, BaseRecord]:
     if not record_path.exists():
         return {}
     try:
-        data = json.loads(record_path.read_text())
-        return {k: BaseRecord(**v) for k, v in data.get("bases", {}).items()}
-    except (ValueError, TypeError) as exc:
+        data = json.loads(read_text(record_path, what="base record", error=BaseImageError, max_bytes=1 << 20))
+        return {k: BaseRecord(**v) for k, v in data["bases"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise BaseImageError(
             f"{record_path} is not a valid base record: {exc}", hint="delete it and rerun `flashkit base create`"
         ) from exc
@@ -314,36 +338,3 @@ def pinned_base(engine: Engine, suite: str, record_path: Path = RECORD_PATH) -> 
     finally:
         sdk.close()
     return rec
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("base", help="create the Debian base images without a registry")
-    sub = p.add_subparsers(dest="base_action", required=True)
-    c = sub.add_parser("create", help="debootstrap a suite and import it as flashkit/debian:SUITE")
-    c.add_argument("suites", nargs="+", choices=SUITES)
-    c.add_argument("--mirror", help="Debian archive URL (default: FLASHKIT_DEBIAN_MIRROR, else the host's apt sources)")
-    c.add_argument("--force", action="store_true", help="recreate even when a pinned base exists")
-    s = sub.add_parser("show", help="print the pinned bases")
-    s.set_defaults(suites=[])
-    p.set_defaults(run=run)
-    return p
-
-
-def run(args) -> int:
-    engine = ensure_engine()
-    if args.base_action == "show":
-        for _suite, rec in sorted(load_records().items()):
-            print(f"{rec.pinned_tag}  {rec.image_id}  layer {rec.layer_digest}")
-            print(f"    from {rec.mirror} ({rec.release_date}), debootstrap {rec.debootstrap}")
-        return 0
-    for suite in args.suites:
-        if not args.force:
-            try:
-                rec = pinned_base(engine, suite)
-                print(f"{rec.tag} already pinned: {rec.image_id} (use --force to recreate)")
-                continue
-            except BaseImageError:
-                pass
-        rec = create_base(engine, suite, mirror=args.mirror)
-        print(f"{rec.tag}  {rec.image_id}  layer {rec.layer_digest}  {rec.seconds:.0f}s")
-    return 0

@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from flashkit.core.atomic import utc_now, write_json_atomic
 from flashkit.images import repro
-from flashkit.images.build import WORK, BuildResult, build_env
-from flashkit.core.errors import FlashkitError
-from flashkit.ledger.record import utc_now, write_json_atomic
+from flashkit.images.build import WORK, BuildOptions, BuildResult, build_plan
+from flashkit.images.engine import Engine
+from flashkit.plan.plan import Plan
 
 # Why layers usually differ, said once in the report instead of guessed per layer.
 LAYER_NOTE = (
@@ -26,12 +27,6 @@ LAYER_NOTE = (
     "(BuildKit >= 0.13 can rewrite layer times to SOURCE_DATE_EPOCH), and apt and pip write install "
     "times and .pyc files"
 )
-
-
-class NotReproducible(FlashkitError):
-    """The cold rebuild's wheel is not bit-identical to the first build's."""
-
-    exit_code = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,19 +77,10 @@ def report_path(root: Path, env_id: str, input_hash: str) -> Path:
     return root / WORK / "repro" / f"{env_id}-{input_hash}.json"
 
 
-def check_env(root: Path, env_id: str, **build_kwargs) -> CheckReport:
-    from flashkit.images.engine import ensure_engine
-
-    # One engine for both builds and the comparison (image_facts needs it too).
-    engine = build_kwargs.get("engine") or ensure_engine()
-    build_kwargs["engine"] = engine
-    first = build_env(root, env_id, **build_kwargs)
-    second = build_env(root, env_id, check=True, **build_kwargs)
-    if second.input_hash != first.input_hash:
-        raise FlashkitError(
-            f"{env_id}: the inputs changed between the two builds ({first.input_hash} then {second.input_hash}); "
-            "a check compares two builds of the same inputs: run it again on a tree nobody is editing"
-        )
+def check_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> CheckReport:
+    """Build ``plan`` (or take its build of record), build it again cold, and compare the two."""
+    first = build_plan(root, plan, engine, opts)
+    second = build_plan(root, plan, engine, dataclasses.replace(opts, check=True))
     report = CheckReport(
         env=first.env,
         input_hash=first.input_hash,

@@ -24,8 +24,8 @@ import docker
 import docker.errors
 import docker.types
 
-from flashkit.images.engine import Engine
 from flashkit.core.errors import ContainerError
+from flashkit.images.engine import Engine
 
 log = logging.getLogger(__name__)
 

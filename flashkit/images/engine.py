@@ -13,7 +13,6 @@ an older one on the same PATH builds with BuildKit built in (see FACTS.md).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
@@ -21,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -150,12 +150,14 @@ def _probe_buildkit(path: str, env: dict[str, str]) -> tuple[str | None, str]:
             attempts.append(("buildx", [path, "buildx", "build", "--load"]))
         attempts.append(("builtin", [path, "build"]))
         details = []
+        # A tag of its own: two flashkit processes probing at once must not remove each other's image.
+        tag = f"flashkit-probe:{uuid.uuid4().hex[:12]}"
         for mode, argv in attempts:
-            cmd = [*argv, "-q", "--secret", f"id=probe,src={secret}", "-t", "flashkit-probe:buildkit", str(ctx)]
+            cmd = [*argv, "-q", "--secret", f"id=probe,src={secret}", "-t", tag, str(ctx)]
             penv = dict(env, DOCKER_BUILDKIT="1")
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=penv)
             if res.returncode == 0:
-                subprocess.run([path, "image", "rm", "-f", "flashkit-probe:buildkit"], capture_output=True, timeout=60)
+                subprocess.run([path, "image", "rm", "-f", tag], capture_output=True, timeout=60)
                 return mode, "ok"
             lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
             # The first line carries the reason ("ERROR: BuildKit is enabled but the buildx
@@ -306,42 +308,3 @@ def engine_available() -> tuple[bool, str]:
     if info is None:
         return False, f"no docker engine answers at {_base_url()} (run `flashkit engine ensure --install`)"
     return True, f"engine {info.get('Version')}"
-
-
-def add_install_engine_option(p: argparse.ArgumentParser) -> None:
-    """The --install-engine flag of the commands that build images (build, test)."""
-    p.add_argument(
-        "--install-engine",
-        action="store_true",
-        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
-    )
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("engine", help="find, install or start the docker engine")
-    p.add_argument(
-        "action", choices=["ensure", "status"], help="ensure: start dockerd if needed; status: report without starting"
-    )
-    p.add_argument(
-        "--install",
-        action="store_true",
-        help="apt-get install whichever of docker.io, debootstrap, docker-registry is missing",
-    )
-    p.add_argument(
-        "--log",
-        type=Path,
-        default=Path(".work/logs/dockerd.log"),
-        help="where dockerd writes its log when flashkit starts it",
-    )
-    p.set_defaults(run=run)
-    return p
-
-
-def run(args) -> int:
-    engine = ensure_engine(start=args.action == "ensure", install=args.install, log_path=args.log)
-    print(
-        f"engine: {engine.server_version} (API {engine.api_version}, storage {engine.storage_driver}, "
-        f"data root {engine.data_root}) at {engine.base_url}"
-    )
-    print(f"build client: {engine.build_client.describe()}")
-    return 0

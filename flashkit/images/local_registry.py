@@ -8,7 +8,6 @@ by default, so pushing to ``127.0.0.1:PORT/...`` needs no TLS set-up.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 import signal
@@ -74,6 +73,11 @@ class LocalRegistry:
         except (urllib.error.URLError, OSError):
             return False
 
+    def wait(self) -> None:
+        """Block until the registry process ends (or the caller is interrupted)."""
+        while self._proc is not None and self._proc.poll() is None:
+            time.sleep(1)
+
     def start(self) -> LocalRegistry:
         exe = shutil.which("docker-registry")
         if not exe:
@@ -127,30 +131,3 @@ class LocalRegistry:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("registry", help="run a local OCI registry on 127.0.0.1 (docker-registry)")
-    p.add_argument("--port", type=int, default=5000)
-    p.add_argument(
-        "--storage",
-        type=Path,
-        default=Path(".work/registry"),
-        help="where pushed blobs are kept (default: .work/registry)",
-    )
-    p.set_defaults(run=run)
-    return p
-
-
-def run(args) -> int:
-    reg = LocalRegistry(port=args.port, storage=args.storage, log_path=args.storage / "registry.log")
-    reg.start()
-    print(f"registry serving at {reg.address} (storage {reg.storage}); Ctrl-C stops it")
-    try:
-        while reg._proc is not None and reg._proc.poll() is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        reg.stop()
-    return 0

@@ -20,7 +20,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from flashkit.evidence.artifact_check import sha256  # one streaming file hash, stdlib-only
+from flashkit.core.digests import sha256_file as sha256
 
 
 @dataclasses.dataclass(frozen=True)

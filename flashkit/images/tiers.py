@@ -1,4 +1,4 @@
-"""Verification tiers run against one built artifact; each returns a TierResult with its reasons.
+"""Verification tiers run against one built artifact; each returns a TierOutcome with its reasons.
 
 - ``build``: the CUDA code in the wheel's compiled objects is exactly the spec's arch list.
 - ``abi``: every undefined dynamic symbol of each compiled object resolves against the
@@ -15,6 +15,7 @@ run on the host against the image's files without installing anything in it;
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -25,14 +26,14 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from flashkit.binary import elf
-from flashkit.evidence.artifact_check import junit_counts, junit_failures  # stdlib-only: it also runs on GPU hosts
+from flashkit.binary import elf, fatbin, linking
+from flashkit.core.names import Tier, Verdict
+from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 from flashkit.images.build import BuildResult
 from flashkit.images.container import Container
 from flashkit.images.engine import Engine
-from flashkit.ledger.record import TierResult
 
-TIERS = ("build", "abi", "cpu", "gpu")
+TIERS = (Tier.BUILD, Tier.ABI, Tier.CPU, Tier.GPU)
 SELFTEST = ("-m", "flash_kernels.selftest")
 # The newest glibc / libstdc++ symbol versions a wheel built on each Debian base may
 # need: the versions that suite ships (bookworm: glibc 2.36, GCC 12; trixie: glibc 2.41,
@@ -55,22 +56,33 @@ print(json.dumps({"python": os.path.realpath(sys.executable), "version": list(sy
 """
 
 
+@dataclasses.dataclass(frozen=True)
+class TierOutcome:
+    """What one tier found about one built artifact. The ledger binds it to the digest the tier judges
+    (the runtime image for image tiers, the wheel for wheel tiers) when it records it."""
+
+    tier: Tier
+    verdict: Verdict
+    counts: dict[str, int]
+    reasons: tuple[str, ...]
+    duration_s: float
+    host: dict[str, str]
+
+
 def _result(
-    tier: str,
-    verdict: str,
+    tier: Tier,
+    verdict: Verdict | str,
     counts: dict[str, int],
     reasons: list[str],
     start: float,
-    judged: dict[str, str],
     host: dict[str, str] | None = None,
-) -> TierResult:
-    return TierResult(
-        tier=tier,
-        verdict=verdict,
+) -> TierOutcome:
+    return TierOutcome(
+        tier=Tier(tier),
+        verdict=Verdict(verdict),
         counts=counts,
         reasons=tuple(reasons),
         duration_s=round(time.monotonic() - start, 1),
-        judged=judged,
         host=host or host_facts(),
     )
 
@@ -81,20 +93,6 @@ def host_facts() -> dict[str, str]:
 
 # ---------------------------------------------------------------------------
 # build
-
-
-def expected_cuda_code(gpu_targets: tuple[str, ...]) -> tuple[set[str], set[str]]:
-    """Cubins and PTX the spec asks for: "8.0" -> sm_80; "9.0a+PTX" -> sm_90a and compute_90a."""
-    cubins, ptx = set(), set()
-    for t in gpu_targets:
-        m = re.fullmatch(r"(\d+)\.(\d)([af]?)(\+PTX)?", t)
-        if not m:
-            raise ValueError(f"gpu target {t!r} is not like '8.0', '9.0a' or '9.0+PTX'")
-        arch = f"{m.group(1)}{m.group(2)}{m.group(3)}"
-        cubins.add(f"sm_{arch}")
-        if m.group(4):
-            ptx.add(f"compute_{arch}")
-    return cubins, ptx
 
 
 def expects_cuda_binary(spec) -> bool:
@@ -109,14 +107,13 @@ def compiled_objects(wheel: Path, dest: Path) -> list[Path]:
     return [dest / n for n in sorted(names)]
 
 
-def tier_build(spec, res: BuildResult) -> TierResult:
+def tier_build(spec, res: BuildResult) -> TierOutcome:
     start = time.monotonic()
-    judged = {"wheel_sha256": res.wheel_sha256, "image_id": res.runtime_id}
     with tempfile.TemporaryDirectory(prefix="flashkit-build-tier-") as tmp:
         objects = compiled_objects(Path(res.wheel_path), Path(tmp))
         names = [o.relative_to(tmp).as_posix() for o in objects]
         if not expects_cuda_binary(spec):
-            with_code = [n for n, o in zip(names, objects, strict=True) if elf.cuda_code(str(o)) is not None]
+            with_code = [n for n, o in zip(names, objects, strict=True) if fatbin.cuda_code(str(o)) is not None]
             if with_code:
                 return _result(
                     "build",
@@ -127,7 +124,6 @@ def tier_build(spec, res: BuildResult) -> TierResult:
                         f"{', '.join(with_code)} carry CUDA code"
                     ],
                     start,
-                    judged,
                 )
             return _result(
                 "build",
@@ -138,9 +134,8 @@ def tier_build(spec, res: BuildResult) -> TierResult:
                     f"({len(objects)} compiled objects)"
                 ],
                 start,
-                judged,
             )
-        want_cubins, want_ptx = expected_cuda_code(spec.gpu_targets)
+        want_cubins, want_ptx = fatbin.target_code(spec.gpu_targets)
         if not objects:
             return _result(
                 "build",
@@ -152,11 +147,10 @@ def tier_build(spec, res: BuildResult) -> TierResult:
                     "see the build log for why setup.py skipped CUDA)"
                 ],
                 start,
-                judged,
             )
         reasons, failed, passed = [], 0, 0
         for name, obj in zip(names, objects, strict=True):
-            code = elf.cuda_code(str(obj))
+            code = fatbin.cuda_code(str(obj))
             if code is None:
                 failed += 1
                 reasons.append(f"{name}: no .nv_fatbin section (no CUDA code)")
@@ -190,9 +184,7 @@ def tier_build(spec, res: BuildResult) -> TierResult:
                     f"(listed via {code.source})"
                 )
     verdict = "passed" if failed == 0 else "failed"
-    return _result(
-        "build", verdict, {"checked": len(objects), "passed": passed, "failed": failed}, reasons, start, judged
-    )
+    return _result("build", verdict, {"checked": len(objects), "passed": passed, "failed": failed}, reasons, start)
 
 
 # ---------------------------------------------------------------------------
@@ -213,13 +205,13 @@ def _in_image(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
-def _closure(root: str, path: str, cache: elf.ObjectCache) -> list[str]:
+def _closure(root: str, path: str, cache: linking.ObjectCache) -> list[str]:
     """``path`` and every library the loader would load for it, inside ``root``."""
-    res = elf.resolve(path, elf.LibrarySearch(root=root), cache)
+    res = linking.resolve(path, linking.LibrarySearch(root=root), cache)
     return [path, *[p for _, p in res.loaded]]
 
 
-def _preloads(root: str, probe: dict, cache: elf.ObjectCache) -> list[str]:
+def _preloads(root: str, probe: dict, cache: linking.ObjectCache) -> list[str]:
     """What is in the process before the extension loads: the interpreter (and a shared
     libpython), then what `import torch` loaded: torch._C and its closure."""
     out = _closure(root, probe["python"], cache)
@@ -248,9 +240,9 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
             {"checked": 0},
             [f"backends {list(spec.backends)}: the installed package has no compiled object; nothing to resolve"],
         )
-    cache = elf.ObjectCache(root)
+    cache = linking.ObjectCache(root)
     preloaded = _preloads(root, probe, cache)
-    search = elf.LibrarySearch(root=root, preloaded=tuple(preloaded))
+    search = linking.LibrarySearch(root=root, preloaded=tuple(preloaded))
     policy, glibcxx_limit = policy_for(spec)
     glibc_limit = elf.glibc_of_policy(policy)
     abi3_min = _abi3_minimum(wheel_name)
@@ -260,38 +252,13 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
     for so in objects:
         obj = cache.get(so)
         symbols += len(obj.undefined)
-        problems: list[str] = []
         tag = elf.extension_tag(so)
+        problems: list[str] = []
         if tag.kind == "cpython" and tag.python != py:
             problems.append(f"built for CPython {tag.label} but the image runs {py[0]}.{py[1]}")
-        res = elf.resolve(so, search, cache)
-        for miss in res.missing_libraries:
-            searched = ", ".join(miss.searched[:6])
-            problems.append(f"needs {miss.name}, not found in the image (searched {searched})")
-        for mv in res.missing_versions:
-            problems.append(
-                f"needs {mv.version} from {mv.library}; {mv.provider} has only "
-                f"{', '.join(mv.available[-3:]) or 'no such versions'}"
-            )
-        # C++ names first, those with a same-named definition in the image leading: they say
-        # which library version differs; C symbols of a missing library only repeat that.
-        for u in sorted(res.unresolved, key=lambda u: (not u.near_misses, not u.name.startswith("_Z"))):
-            ver = f"@{u.version}" if u.version else ""
-            hint = ""
-            if u.near_misses:
-                nm = u.near_misses[0]
-                hint = (
-                    f" (the image has `{nm.demangled}` in {os.path.basename(nm.provider)}"
-                    f"{': differs only in the C++11 string ABI' if nm.abi_only else ''})"
-                )
-            problems.append(f"undefined symbol `{u.demangled}`{ver} [{u.name}]{hint}")
-        for sym in elf.versions_newer_than(obj, "GLIBC_", glibc_limit):
-            problems.append(f"{sym.name}@{sym.version} is newer than policy {policy} (glibc {glibc_limit})")
-        for sym in elf.versions_newer_than(obj, "GLIBCXX_", glibcxx_limit):
-            problems.append(
-                f"{elf.demangle([sym.name])[sym.name]}@{sym.version} is newer than "
-                f"GLIBCXX_{glibcxx_limit} (policy {policy})"
-            )
+        res = linking.resolve(so, search, cache)
+        problems += _resolution_problems(res)
+        problems += _symbol_version_problems(obj, policy, glibc_limit, glibcxx_limit)
         if tag.kind == "abi3" or abi3_min:
             for issue in elf.limited_api_violations(obj, abi3_min or (3, 2)):
                 problems.append(f"{issue.symbol}: {issue.reason} (wheel {wheel_name} claims abi3)")
@@ -315,6 +282,46 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
     return verdict, {"checked": len(objects), "passed": passed, "failed": failed, "symbols": symbols}, reasons
 
 
+def _resolution_problems(res: linking.Resolution) -> list[str]:
+    """What does not resolve in the image: missing libraries, symbol versions, then undefined symbols."""
+    problems: list[str] = []
+    for miss in res.missing_libraries:
+        searched = ", ".join(miss.searched[:6])
+        problems.append(f"needs {miss.name}, not found in the image (searched {searched})")
+    for mv in res.missing_versions:
+        problems.append(
+            f"needs {mv.version} from {mv.library}; {mv.provider} has only "
+            f"{', '.join(mv.available[-3:]) or 'no such versions'}"
+        )
+    # C++ names first, those with a same-named definition in the image leading: they say
+    # which library version differs; C symbols of a missing library only repeat that.
+    for u in sorted(res.unresolved, key=lambda u: (not u.near_misses, not u.name.startswith("_Z"))):
+        ver = f"@{u.version}" if u.version else ""
+        hint = ""
+        if u.near_misses:
+            nm = u.near_misses[0]
+            hint = (
+                f" (the image has `{nm.demangled}` in {os.path.basename(nm.provider)}"
+                f"{': differs only in the C++11 string ABI' if nm.abi_only else ''})"
+            )
+        problems.append(f"undefined symbol `{u.demangled}`{ver} [{u.name}]{hint}")
+    return problems
+
+
+def _symbol_version_problems(obj: elf.ElfObject, policy: str, glibc_limit: str, glibcxx_limit: str) -> list[str]:
+    """The GLIBC_ and GLIBCXX_ symbol versions ``obj`` needs beyond the env's glibc policy."""
+    problems = [
+        f"{sym.name}@{sym.version} is newer than policy {policy} (glibc {glibc_limit})"
+        for sym in elf.versions_newer_than(obj, "GLIBC_", glibc_limit)
+    ]
+    for sym in elf.versions_newer_than(obj, "GLIBCXX_", glibcxx_limit):
+        problems.append(
+            f"{elf.demangle([sym.name])[sym.name]}@{sym.version} is newer than "
+            f"GLIBCXX_{glibcxx_limit} (policy {policy})"
+        )
+    return problems
+
+
 def probe_image(c: Container) -> dict:
     py = find_python(c)
     out = c.exec([py, "-c", _PROBE]).check().output
@@ -328,9 +335,8 @@ def find_python(c: Container) -> str:
     return out.splitlines()[-1]
 
 
-def tier_abi(engine: Engine, spec, res: BuildResult) -> TierResult:
+def tier_abi(engine: Engine, spec, res: BuildResult) -> TierOutcome:
     start = time.monotonic()
-    judged = {"image_id": res.runtime_id, "wheel_sha256": res.wheel_sha256}
     with Container(engine, res.runtime_ref, network=False) as c:
         merged = (c.inspect().get("GraphDriver") or {}).get("Data", {}).get("MergedDir")
         if not merged or not os.path.isdir(os.path.join(merged, "usr")):
@@ -343,11 +349,10 @@ def tier_abi(engine: Engine, spec, res: BuildResult) -> TierResult:
                     "the abi tier needs a local engine with the overlay2 driver"
                 ],
                 start,
-                judged,
             )
         probe = probe_image(c)
         verdict, counts, reasons = check_abi_in_root(merged, probe, Path(res.wheel_path).name, spec)
-    return _result("abi", verdict, counts, reasons, start, judged)
+    return _result("abi", verdict, counts, reasons, start)
 
 
 # ---------------------------------------------------------------------------
@@ -356,9 +361,8 @@ def tier_abi(engine: Engine, spec, res: BuildResult) -> TierResult:
 
 def run_suite(
     engine: Engine, res: BuildResult, tier: str, *, gpus: bool, on_output: Callable[[str], None] | None = None
-) -> TierResult:
+) -> TierOutcome:
     start = time.monotonic()
-    judged = {"image_id": res.runtime_id, "wheel_sha256": res.wheel_sha256}
     report = "/tmp/flashkit-junit.xml"
     with Container(engine, res.runtime_ref, network=False, gpus=gpus) as c:
         py = find_python(c)
@@ -386,27 +390,19 @@ def run_suite(
             except Exception:
                 xml_text = None
     if xml_text is None:
-        return _result(
-            tier,
-            "error",
-            {},
-            [f"the suite wrote no JUnit report (exit {run.exit_code})", run.output[-1500:]],
-            start,
-            judged,
-            host,
-        )
-    counts = junit_counts(xml_text)
-    reasons = junit_failures(xml_text)
-    if counts["failed"] or counts["errors"] or run.exit_code != 0:
-        if not reasons:
-            reasons = [f"the suite exited {run.exit_code}", run.output[-1500:]]
-        verdict = "failed"
-    elif counts["passed"] == 0:
-        verdict, reasons = "failed", [f"no test passed ({counts['skipped']} skipped): nothing was verified"]
-    else:
-        verdict = "passed"
+        why = f"the suite wrote no JUnit report (exit {run.exit_code})"
+        return _result(tier, Verdict.ERROR, {}, [why, run.output[-1500:]], start, host)
+    try:
+        counts = junit_counts(xml_text)
+        failures = junit_failures(xml_text)
+    except JunitError as exc:
+        return _result(tier, Verdict.ERROR, {}, [f"the suite's JUnit report is unusable: {exc}"], start, host)
+    verdict, why = suite_verdict(counts, run.exit_code)
+    if verdict == "passed":
         reasons = [f"{counts['passed']} passed, {counts['skipped']} skipped of {counts['tests']}"]
-    return _result(tier, verdict, counts, reasons, start, judged, host)
+    else:
+        reasons = failures or [why, run.output[-1500:]]
+    return _result(tier, verdict, counts, reasons, start, host)
 
 
 def host_gpu() -> str | None:
@@ -416,22 +412,14 @@ def host_gpu() -> str | None:
     return None
 
 
-def tier_gpu(engine: Engine, res: BuildResult, **kw) -> TierResult:
+def tier_gpu(engine: Engine, res: BuildResult, **kw) -> TierOutcome:
     why = host_gpu()
     if why is None:
         runtimes = engine.sdk().info().get("Runtimes", {})
         if "nvidia" not in runtimes:
             why = "the docker engine has no nvidia runtime (install nvidia-container-toolkit)"
     if why:
-        return TierResult(
-            tier="gpu",
-            verdict="not-run",
-            counts={},
-            reasons=(why,),
-            duration_s=0.0,
-            judged={"image_id": res.runtime_id},
-            host=host_facts(),
-        )
+        return TierOutcome(Tier.GPU, Verdict.NOT_RUN, {}, (why,), 0.0, host_facts())
     return run_suite(engine, res, "gpu", gpus=True, **kw)
 
 
@@ -439,19 +427,16 @@ def run_tiers(
     engine: Engine,
     spec,
     res: BuildResult,
-    names: tuple[str, ...] = TIERS,
+    tiers: tuple[Tier, ...] = TIERS,
     on_output: Callable[[str], None] | None = None,
-) -> list[TierResult]:
-    out = []
-    for name in names:
-        if name == "build":
-            out.append(tier_build(spec, res))
-        elif name == "abi":
-            out.append(tier_abi(engine, spec, res))
-        elif name == "cpu":
-            out.append(run_suite(engine, res, "cpu", gpus=False, on_output=on_output))
-        elif name == "gpu":
-            out.append(tier_gpu(engine, res, on_output=on_output))
-        else:
-            raise ValueError(f"unknown tier {name!r}; tiers: {', '.join(TIERS)}")
-    return out
+) -> list[TierOutcome]:
+    runners = {
+        Tier.BUILD: lambda: tier_build(spec, res),
+        Tier.ABI: lambda: tier_abi(engine, spec, res),
+        Tier.CPU: lambda: run_suite(engine, res, "cpu", gpus=False, on_output=on_output),
+        Tier.GPU: lambda: tier_gpu(engine, res, on_output=on_output),
+    }
+    unknown = [t for t in tiers if t not in runners]
+    if unknown:
+        raise ValueError(f"tiers {', '.join(unknown)} do not run in images; these do: {', '.join(runners)}")
+    return [runners[t]() for t in tiers]

@@ -1,195 +1,126 @@
-"""Verification records: what was checked, on which artifact, with what result.
+"""Turning builds and tier outcomes into ledger facts, and appending them.
 
-One JSON file per env under ``verified/<env>.json``, keyed by input hash. An
-entry names the artifact it judged (image id, wheel sha256, lock hash) and the
-result of every tier with counts, reasons, duration and host facts. A verdict
-holds only for that exact artifact: ``is_verified`` refuses anything else, and
-a tier that did not run is never counted as passed.
-
-Files are written atomically (temp file + os.replace) so a crash never leaves
-a half-written record that a publish step could misread.
+A build appends an ``artifact`` (unless the ledger already holds the same build: a re-run adds no
+artifact); every tier run appends a ``verdict`` bound to the digest its tier judges. After each append,
+every earlier verdict whose digest a newer artifact also holds (a bit-identical wheel from a rebuild on
+another host) gets an ``applies`` fact that names both and says why, so that inheritance is recorded,
+not implied.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import json
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from flashkit.core.atomic import write_text_atomic
-from flashkit.core.errors import RecordError
+from flashkit.core.atomic import utc_now
+from flashkit.core.names import Tier, Verdict
+from flashkit.images.build import BuildResult
+from flashkit.images.tiers import TierOutcome
+from flashkit.ledger import store
+from flashkit.ledger.model import Applies, Artifact, Fact, VerdictFact
+from flashkit.ledger.store import Ledger
 
-SCHEMA = 1
-VERDICTS = ("passed", "failed", "not-run", "error")
-DEFAULT_DIR = Path("verified")
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as sorted, indented JSON, all or nothing."""
-    write_text_atomic(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
+MAX_REASONS = 200
+MAX_REASON_CHARS = 4000
 
 
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+def artifact_of(res: BuildResult) -> Artifact:
+    """The identity a build adds to the ledger: ids and digests, no host paths."""
+    return Artifact(
+        env=res.env,
+        input_hash=res.input_hash,
+        date=res.date,
+        image_id=res.runtime_id,
+        image_ref=res.runtime_ref,
+        runtime_size=res.runtime_size,
+        builder_id=res.builder_id,
+        builder_size=res.builder_size,
+        base_image_id=res.base_image_id,
+        wheel=Path(res.wheel_path).name,
+        wheel_sha256=res.wheel_sha256,
+        lock_sha256=res.lock_sha256,
+        build_context={k: v for k, v in res.context.items() if isinstance(v, str | bool)},
+    )
 
 
-@dataclasses.dataclass(frozen=True)
-class TierResult:
-    """One tier's verdict on one artifact."""
-
-    tier: str
-    verdict: str
-    counts: dict[str, int]
-    reasons: tuple[str, ...]
-    duration_s: float
-    # What was judged: {"image_id": ...} for in-image tiers, {"wheel_sha256": ...}
-    # for artifact-gpu. is_verified compares these with the artifact at hand.
-    judged: dict[str, str]
-    host: dict[str, str] = dataclasses.field(default_factory=dict)
-    date: str = dataclasses.field(default_factory=utc_now)
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
-        if self.verdict == "passed" and not any(v > 0 for v in self.counts.values()) and not self.reasons:
-            # A pass with nothing counted and nothing said is how "not run" sneaks in as "passed".
-            raise ValueError(f"tier {self.tier}: 'passed' needs a positive count or a stated reason")
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["reasons"] = list(self.reasons)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TierResult:
-        return cls(
-            tier=d["tier"],
-            verdict=d["verdict"],
-            counts=dict(d.get("counts", {})),
-            reasons=tuple(d.get("reasons", ())),
-            duration_s=float(d.get("duration_s", 0.0)),
-            judged=dict(d.get("judged", {})),
-            host=dict(d.get("host", {})),
-            date=d.get("date", ""),
-        )
+def tidy_reasons(reasons: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Reasons as the ledger stores them: one line each (control characters shown, not kept), bounded."""
+    out = []
+    for r in list(reasons)[:MAX_REASONS]:
+        text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(r).replace("\n", " | "))
+        out.append(text[:MAX_REASON_CHARS])
+    return tuple(out)
 
 
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    reason: str
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-def record_path(env_id: str, root: Path = Path(".")) -> Path:
-    return root / DEFAULT_DIR / f"{env_id}.json"
-
-
-def load(path: Path) -> dict[str, Any]:
-    """The record at ``path``, or an empty one for a new env."""
-    if not path.exists():
-        return {"schema": SCHEMA, "env": path.stem, "entries": {}}
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise RecordError(
-            f"{path} is not valid JSON: {exc}", hint="restore it from git or delete it and rerun `flashkit test`"
-        ) from exc
-    if data.get("schema") != SCHEMA:
-        raise RecordError(
-            f"{path}: schema {data.get('schema')!r}, this flashkit reads schema {SCHEMA}",
-            hint="rerun `flashkit test` to write a current record",
-        )
-    return data
+def verdict_of(outcome: TierOutcome, artifact: Artifact, *, source: str = "build-host") -> VerdictFact:
+    return VerdictFact(
+        env=artifact.env,
+        input_hash=artifact.input_hash,
+        date=utc_now(),
+        tier=outcome.tier,
+        verdict=outcome.verdict,
+        subject=artifact.subject(outcome.tier.subject),
+        counts=dict(outcome.counts),
+        reasons=tidy_reasons(outcome.reasons),
+        duration_s=outcome.duration_s,
+        host={k: tidy_reasons([v])[0][:200] for k, v in outcome.host.items()},
+        source=source,
+        context={"image_id": artifact.image_id, "wheel_sha256": artifact.wheel_sha256},
+    )
 
 
-def upsert_entry(path: Path, input_hash: str, artifact: dict[str, Any], tiers: Iterable[TierResult]) -> dict[str, Any]:
-    """Record ``tiers`` for the artifact with ``input_hash``.
-
-    If the stored entry names a different image or wheel, its tier results
-    judged another artifact and are dropped, never carried over.
-    """
-    data = load(path)
-    entries = data.setdefault("entries", {})
-    entry = entries.get(input_hash)
-    if entry is None or entry.get("artifact", {}).get("image_id") != artifact.get("image_id"):
-        entry = {"input_hash": input_hash, "artifact": dict(artifact), "tiers": {}}
-    else:
-        entry["artifact"].update(artifact)
-    for t in tiers:
-        entry["tiers"][t.tier] = t.to_json()
-    entry["updated"] = utc_now()
-    entries[input_hash] = entry
-    data["latest"] = input_hash
-    write_json_atomic(path, data)
-    return entry
-
-
-def add_tier_result(path: Path, input_hash: str, result: TierResult) -> dict[str, Any]:
-    """Attach one tier result (e.g. an imported artifact-gpu run) to an existing entry."""
-    data = load(path)
-    entry = data.get("entries", {}).get(input_hash)
-    if entry is None:
-        raise RecordError(
-            f"{path} has no entry for input hash {input_hash}",
-            hint="run `flashkit test <env>` first so the artifact is recorded",
-        )
-    wheel = entry["artifact"].get("wheel_sha256")
-    judged_wheel = result.judged.get("wheel_sha256")
-    if judged_wheel is not None and judged_wheel != wheel:
-        raise RecordError(
-            f"the result judged wheel sha256 {judged_wheel}, but {path} entry {input_hash} is for wheel {wheel}",
-            hint="run the artifact check on the wheel exported by this build (see `flashkit build` output)",
-        )
-    entry["tiers"][result.tier] = result.to_json()
-    entry["updated"] = utc_now()
-    write_json_atomic(path, data)
-    return entry
-
-
-def is_verified(record: dict[str, Any], input_hash: str, image_id: str, required_tiers: Iterable[str]) -> Verdict:
-    """Does ``record`` show every required tier passed for exactly this artifact?"""
-    env = record.get("env", "?")
-    entry = record.get("entries", {}).get(input_hash)
-    if entry is None:
-        known = ", ".join(sorted(record.get("entries", {}))) or "none"
-        return Verdict(False, f"record for {env} has no entry for input hash {input_hash} (has: {known})")
-    art = entry.get("artifact", {})
-    if art.get("image_id") != image_id:
-        return Verdict(False, f"record for {env}@{input_hash} judged image {art.get('image_id')}, not {image_id}")
-    for name in required_tiers:
-        t = entry.get("tiers", {}).get(name)
-        if t is None:
-            return Verdict(False, f"tier {name} has no result for {env}@{input_hash}; run it")
-        if t.get("verdict") != "passed":
-            why = "; ".join(t.get("reasons", [])) or "no reason recorded"
-            return Verdict(False, f"tier {name} is {t.get('verdict')} for {env}@{input_hash}: {why}")
-        judged = t.get("judged", {})
-        if "image_id" in judged and judged["image_id"] != image_id:
-            return Verdict(False, f"tier {name} judged image {judged['image_id']}, not {image_id}")
-        if "wheel_sha256" in judged and judged["wheel_sha256"] != art.get("wheel_sha256"):
-            return Verdict(
-                False, f"tier {name} judged wheel {judged['wheel_sha256']}, not the recorded {art.get('wheel_sha256')}"
+def missing_applies(ledger: Ledger) -> list[Applies]:
+    """An ``applies`` fact for every (verdict, later artifact) pair that shares the judged digest."""
+    done = {(a.verdict_id, a.artifact_id) for a in ledger.applies()}
+    out = []
+    for v in ledger.verdicts():
+        for art in ledger.artifacts(v.input_hash):
+            if art.subject(v.tier.subject) != v.subject or v.context.get("image_id") in (None, art.image_id):
+                continue
+            if (v.id, art.id) in done:
+                continue
+            what = "wheel" if v.tier.subject.value == "wheel" else "image"
+            out.append(
+                Applies(
+                    env=v.env,
+                    input_hash=v.input_hash,
+                    date=max(v.date, art.date),
+                    tier=v.tier,
+                    verdict_id=v.id,
+                    artifact_id=art.id,
+                    subject=v.subject,
+                    because=(
+                        f"the {what} of build {art.id[7:19]} ({art.date}) is bit-identical ({v.subject.digest}) "
+                        f"to the {what} this {v.tier} verdict judged in image {v.context.get('image_id', '?')[7:19]}"
+                    ),
+                )
             )
-    return Verdict(True, f"{env}@{input_hash}: {', '.join(required_tiers)} passed on image {image_id}")
+    return out
 
 
-TIER_ORDER = ("build", "abi", "cpu", "gpu", "artifact-gpu")
+def append_with_applies(root: Path, env: str, facts: list[Fact]) -> tuple[Ledger, list[Fact]]:
+    ledger, added = store.append(root, env, facts)
+    extra = missing_applies(ledger)
+    if extra:
+        ledger, more = store.append(root, env, extra)
+        added += more
+    return ledger, added
 
 
-def status(repo_root: Path, env_id: str, input_hash: str) -> str:
-    """One line for `flashkit matrix`: each tier's verdict for the env's current input hash."""
-    data = load(record_path(env_id, Path(repo_root)))
-    entry = data.get("entries", {}).get(input_hash)
-    if entry is None:
-        if data.get("entries"):
-            return f"not verified (record is for {data.get('latest', '?')[:20]}, inputs changed since)"
-        return "not verified"
-    tiers = entry.get("tiers", {})
-    names = [t for t in TIER_ORDER if t in tiers] + sorted(set(tiers) - set(TIER_ORDER))
-    return " ".join(f"{t}:{tiers[t].get('verdict', '?')}" for t in names) or "not verified (no tier ran)"
+def record_build(root: Path, res: BuildResult) -> tuple[Ledger, Artifact, list[Fact]]:
+    """Append the build's artifact (once per distinct build) and the applies facts it brings."""
+    art = artifact_of(res)
+    current = store.load(root, res.env)
+    same = next((a for a in current.artifacts(res.input_hash) if a.same_build(art)), None)
+    if same is not None:
+        return current, same, []
+    ledger, added = append_with_applies(root, res.env, [art])
+    return ledger, art, added
+
+
+def record_outcomes(root: Path, artifact: Artifact, outcomes: list[TierOutcome]) -> tuple[Ledger, list[Fact]]:
+    return append_with_applies(root, artifact.env, [verdict_of(o, artifact) for o in outcomes])
+
+
+def not_passed(outcomes: list[TierOutcome], required: tuple[Tier, ...]) -> list[TierOutcome]:
+    """The outcomes of ``required`` tiers that did not pass."""
+    return [o for o in outcomes if o.tier in required and o.verdict is not Verdict.PASSED]

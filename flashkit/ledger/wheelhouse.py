@@ -28,20 +28,20 @@ one), as for ``flashkit publish``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import html
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from flashkit.ledger import record
-from flashkit.evidence.artifact_check import sha256  # one streaming file hash, stdlib-only
-from flashkit.ledger.publish import Policy, PublishRefused, gate, parse_policy, refuse_hint, refuse_message
+from flashkit.core.digests import sha256_file as sha256
+from flashkit.core.errors import PublishRefused
+from flashkit.ledger import store
+from flashkit.ledger.gate import GateDecision, Policy, gate
+from flashkit.ledger.publish import refuse_hint, refuse_message
 
 DEFAULT_OUT = Path(".work/wheelhouse")
 
@@ -56,26 +56,29 @@ class VerifiedWheel:
     passed_tiers: tuple[str, ...]
 
 
-def check_wheel(
-    env_id: str, input_hash: str, image_id: str, wheel: Path, record_file: Path, policy: Policy
-) -> VerifiedWheel:
-    """The gate, then the wheel's bytes against the sha256 the record judged."""
-    rec = record.load(record_file)
-    decision = gate(rec, input_hash, image_id, policy)
-    if not decision:
-        raise PublishRefused(
-            refuse_message(env_id, input_hash, record_file, decision, policy), hint=refuse_hint(env_id, decision)
-        )
-    judged = rec["entries"][input_hash]["artifact"].get("wheel_sha256")
+def check_wheel(root: Path, env_id: str, input_hash: str, wheel: Path, policy: Policy) -> VerifiedWheel:
+    """The wheel's bytes, then the gate for a build in the ledger that produced exactly those bytes."""
     if not wheel.is_file():
-        raise PublishRefused(f"{env_id}: the verified wheel {wheel} is missing", hint=f"run `flashkit build {env_id}`")
-    actual = sha256(wheel)
-    if actual != judged:
         raise PublishRefused(
-            f"{env_id}: {wheel} has sha256 {actual}, but record {record_file} judged wheel {judged}",
-            hint=f"the wheel changed after verification; rerun `flashkit test {env_id}`",
+            f"{env_id}: the wheel {wheel} is missing", hint=f"run `flashkit build {env_id}` or pass --wheel"
         )
-    return VerifiedWheel(env_id, input_hash, wheel, actual, policy, decision.passed_tiers)
+    actual = sha256(wheel)
+    ledger = store.load(root, env_id)
+    holders = [a for a in ledger.artifacts(input_hash) if a.wheel_sha256 == actual]
+    decisions: list[GateDecision] = [gate(ledger, input_hash, a.image_id, policy) for a in holders]
+    passing = next((d for d in decisions if d), None)
+    if passing is None:
+        if not holders:
+            decision = GateDecision(
+                False, (f"no build in the ledger at {input_hash} produced a wheel with sha256 {actual}",), ()
+            )
+        else:
+            decision = decisions[-1]
+        raise PublishRefused(
+            refuse_message(env_id, input_hash, f"{store.DIR}/{env_id}.jsonl", decision, policy),
+            hint=refuse_hint(env_id, decision),
+        )
+    return VerifiedWheel(env_id, input_hash, wheel, actual, policy, passing.passed_tiers)
 
 
 def requirements_text(vw: VerifiedWheel, lock_text: str, lock_name: str) -> str:
@@ -134,44 +137,3 @@ def write_env_wheelhouse(out: Path, vw: VerifiedWheel, lock_text: str, lock_name
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "wheelhouse", help="export an env's verified wheel into an index with hash-pinned production requirements"
-    )
-    p.add_argument("envs", nargs="+", help="env ids")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
-    p.add_argument("--policy", default="full", help="required tiers, as for `flashkit publish` (default full)")
-    p.set_defaults(run=run)
-    return p
-
-
-def run(args) -> int:
-    from flashkit.core import paths
-    from flashkit.images.build import load_result
-    from flashkit.plan.inputhash import input_hash
-    from flashkit.plan.spec import load_env
-
-    root = paths.root_of(args)
-    policy = parse_policy(args.policy)
-    checked = []
-    # Check every env before writing any: a refusal leaves the whole wheelhouse as it was.
-    for env in args.envs:
-        spec = load_env(root, env)
-        env_id = str(spec.id)
-        h = input_hash(root, spec)
-        res = load_result(root, env_id, h)
-        if res is None:
-            raise PublishRefused(
-                f"{env_id}: no build for its current input hash {h}",
-                hint=f"run `flashkit test {env_id}` to build and verify the current inputs",
-            )
-        vw = check_wheel(env_id, h, res.runtime_id, Path(res.wheel_path), record.record_path(env_id, root), policy)
-        lock = paths.lock_file(root, env_id)
-        checked.append((vw, lock.read_text(encoding="utf-8"), paths.rel(root, lock)))
-    out = args.out if args.out.is_absolute() else root / args.out
-    for vw, lock_text, lock_name in checked:
-        dest = write_env_wheelhouse(out, vw, lock_text, lock_name)
-        print(f"{vw.env}: {dest}/requirements.txt ({vw.path.name} sha256 {vw.sha256})", file=sys.stderr)
-    return 0

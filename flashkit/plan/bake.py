@@ -6,7 +6,7 @@ gives three targets that mirror ``flashkit build``:
 
 - ``<env>-builder`` and ``<env>`` (the runtime stage), tagged like local builds
   (``flashkit/<env>:<input-hash tag>`` and ``-builder``) with the same
-  ``org.flashkit.env`` / ``org.flashkit.input-hash`` labels;
+  ``io.flashkit.env`` / ``io.flashkit.input-hash`` labels;
 - ``<env>-wheel``: the ``wheel`` stage exported as files to ``.work/wheels/<env>/bake``.
 
 The Dockerfile travels inline (``dockerfile-inline``) and the context is the
@@ -27,13 +27,12 @@ pushed to a registry it can reach and ``--set *.args.BASE_IMAGE=...``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Iterable
-from pathlib import Path
 
-from flashkit.core.atomic import write_text_atomic
+from flashkit.core.names import label
+from flashkit.plan.plan import Plan, keep_accepted
+from flashkit.plan.render import render_dockerfile
 
 CA_VARIABLE = "FLASHKIT_CA_FILE"
 CA_DEFAULT = "/etc/ssl/certs/ca-certificates.crt"
@@ -45,7 +44,7 @@ def env_targets(env_id: str, input_hash: str, tag: str, dockerfile: str) -> dict
     common = {
         "context": ".",
         "dockerfile-inline": dockerfile,
-        "labels": {"org.flashkit.env": env_id, "org.flashkit.input-hash": input_hash},
+        "labels": {label("env"): env_id, label("input-hash"): input_hash},
         "secret": [f"id=ca,src=${{{CA_VARIABLE}}}"],
         "platforms": ["linux/amd64"],
     }
@@ -78,49 +77,11 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def plan(root: Path, env_ids: list[str], host_mem_gib: int) -> tuple[dict, list[str]]:
-    """Load, check and render the envs; returns the bake document and the rejected envs' reasons."""
-    from flashkit.plan import inputhash
-    from flashkit.plan import render
-    from flashkit.plan import rules
-    from flashkit.plan.spec import load_all, load_env
-
-    specs = [load_env(root, e) for e in env_ids] if env_ids else load_all(root)
-    rows, skipped = [], []
-    for spec in specs:
-        if env_ids:
-            rules.require_accepted(spec)  # named explicitly: a rejection is an error, not a silent skip
-        elif rules.rejections(spec):
-            skipped.extend(rules.format_rejection(spec, v) for v in rules.rejections(spec))
-            continue
-        h = inputhash.input_hash(root, spec)
-        dockerfile = render.render_env(root, spec, host_mem_gib=host_mem_gib)
-        rows.append((str(spec.id), h, inputhash.tag_suffix(h), dockerfile))
+def select(plans: list[Plan], named: bool, host_mem_gib: int) -> tuple[dict, list[str]]:
+    """The bake document of the accepted ``plans`` and why the others were left out."""
+    kept, skipped = keep_accepted(plans, named)
+    rows = []
+    for plan in kept:
+        plan.require_consistent_locks()
+        rows.append((plan.env_id, plan.input_hash, plan.tag, render_dockerfile(plan, host_mem_gib=host_mem_gib)))
     return bake_file(rows), skipped
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bake", help="write a docker buildx bake file (JSON) for all or selected envs")
-    p.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept)")
-    p.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
-    p.set_defaults(run=run)
-    return p
-
-
-def run(args) -> int:
-    from flashkit.core import hostinfo
-    from flashkit.core import paths
-
-    root = paths.root_of(args)
-    mem = getattr(args, "host_mem_gib", None) or hostinfo.mem_gib()
-    doc, skipped = plan(root, list(args.envs), mem)
-    for line in skipped:
-        print(f"left out: {line}", file=sys.stderr)
-    text = dumps(doc)
-    if args.output:
-        write_text_atomic(Path(args.output), text)
-        n = len(doc["group"]["wheels"]["targets"])
-        print(f"wrote {args.output}: {n} envs; build with `docker buildx bake -f {args.output}`", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0

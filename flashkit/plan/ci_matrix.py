@@ -20,12 +20,7 @@ Use in a workflow::
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
-from flashkit.core.atomic import write_text_atomic
+from flashkit.plan.plan import Plan, keep_accepted
 
 CPU_TIERS = "build,abi,cpu"
 GPU_TIERS = "gpu"
@@ -57,51 +52,8 @@ def matrix(envs: list[tuple[object, str, str]], *, runner: str, gpu_runner: str 
     return {"include": include}
 
 
-def plan(root: Path, env_ids: list[str], *, runner: str, gpu_runner: str | None) -> tuple[dict, list[str]]:
-    from flashkit.plan import inputhash
-    from flashkit.plan import rules
-    from flashkit.plan.spec import load_all, load_env
-
-    specs = [load_env(root, e) for e in env_ids] if env_ids else load_all(root)
-    rows, skipped = [], []
-    for spec in specs:
-        if env_ids:
-            rules.require_accepted(spec)
-        elif rules.rejections(spec):
-            skipped.extend(rules.format_rejection(spec, v) for v in rules.rejections(spec))
-            continue
-        h = inputhash.input_hash(root, spec)
-        rows.append((spec, h, inputhash.tag_suffix(h)))
+def select(plans: list[Plan], named: bool, *, runner: str, gpu_runner: str | None) -> tuple[dict, list[str]]:
+    """The matrix of the accepted ``plans`` and why the others were left out."""
+    kept, skipped = keep_accepted(plans, named)
+    rows = [(plan.spec, plan.input_hash, plan.tag) for plan in kept]
     return matrix(rows, runner=runner, gpu_runner=gpu_runner), skipped
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("ci-matrix", help="write a GitHub Actions matrix (JSON) with one job per env")
-    p.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept)")
-    p.add_argument("--runner", default=DEFAULT_RUNNER, help=f"runs-on label of build jobs (default {DEFAULT_RUNNER})")
-    p.add_argument("--gpu-runner", help="runs-on label of a GPU runner; adds a gpu-tier job per CUDA env")
-    p.add_argument("--compact", action="store_true", help="one line, for $GITHUB_OUTPUT")
-    p.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
-    p.set_defaults(run=run)
-    return p
-
-
-def run(args) -> int:
-    from flashkit.core import paths
-
-    root = paths.root_of(args)
-    doc, skipped = plan(root, list(args.envs), runner=args.runner, gpu_runner=args.gpu_runner)
-    for line in skipped:
-        print(f"left out: {line}", file=sys.stderr)
-    if not args.gpu_runner:
-        print("no --gpu-runner: GPU tiers are not in this matrix (they stay not-run)", file=sys.stderr)
-    text = (
-        json.dumps(doc, sort_keys=True, separators=(",", ":"))
-        if args.compact
-        else json.dumps(doc, indent=2, sort_keys=True)
-    ) + "\n"
-    if args.output:
-        write_text_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0

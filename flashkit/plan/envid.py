@@ -38,7 +38,7 @@ class EnvId:
 
     @classmethod
     def parse(cls, text: str) -> EnvId:
-        m = _ID_RE.match(text) if isinstance(text, str) else None
+        m = _ID_RE.fullmatch(text) if isinstance(text, str) else None
         if m is None:
             raise SpecError(
                 f"invalid env id {text!r}: expected <cu|rocm><version digits>-torch<major><minor>[-variant], "

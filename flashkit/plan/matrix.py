@@ -1,20 +1,15 @@
 """The matrix: every env with its rule verdict, base pinning, lock state and what the hosts can do.
 
-Pure rows (MatrixRow) built from specs and lockfile texts; printing is in flashkit.cli.main.
-Verification status comes from flashkit.ledger.record when that module provides `status(repo_root, env_id,
-input_hash)`; until then the column says "not verified" (never "passed").
+Pure rows (MatrixRow) built from specs and plans; the verification status is passed in (the CLI reads
+it from the ledger), so this module never reads a record. Printing is in flashkit.cli.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from pathlib import Path
 
-from flashkit.plan import inputhash
-from flashkit.plan import lock
 from flashkit.plan import rules
-from flashkit.core.errors import FlashkitError
+from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
 
 
@@ -44,35 +39,17 @@ class MatrixRow:
         return out
 
 
-def _status_provider():
-    try:
-        record = importlib.import_module("flashkit.ledger.record")
-    except ImportError:
-        return None
-    return getattr(record, "status", None)
+def lock_state(plan: Plan | None) -> str:
+    if plan is None:
+        return "missing"
+    return "ok" if not plan.lock_problems else f"stale/inconsistent ({len(plan.lock_problems)} problems)"
 
 
-def row(repo_root: Path, spec: EnvSpec, status_of=None) -> MatrixRow:
+def row(spec: EnvSpec, plan: Plan | None, status: str) -> MatrixRow:
+    """One env's row. ``plan`` is None when its inputs could not be read (a lockfile is missing);
+    ``status`` is the ledger's verification status at the plan's input hash."""
     verdicts = rules.check(spec)
     rejected = [v for v in verdicts if isinstance(v, rules.Rejected)]
-    try:
-        texts = lock.read(repo_root, spec)
-        problems = lock.check(spec, texts.runtime, texts.build)
-        lock_state = "ok" if not problems else f"stale/inconsistent ({len(problems)} problems)"
-    except FlashkitError:
-        texts, lock_state = None, "missing"
-    h = None
-    if texts is not None:
-        try:
-            h = inputhash.input_hash(repo_root, spec)
-        except FlashkitError:
-            h = None
-    status = "not verified"
-    if status_of is not None and h is not None:
-        try:
-            status = str(status_of(repo_root, str(spec.id), h))
-        except Exception as exc:  # a broken record must not hide the matrix; say so instead
-            status = f"unknown (record unreadable: {exc})"
     support = spec.host_support
     compiler = spec.compiler.source + (f" {spec.compiler.version}" if spec.compiler.version else "")
     return MatrixRow(
@@ -88,14 +65,9 @@ def row(repo_root: Path, spec: EnvSpec, status_of=None) -> MatrixRow:
         verdict="rejected" if rejected else "accepted",
         reasons=tuple(f"{v.rule.id}: {v.reason} (fix: {v.fix})" for v in rejected),
         rules=tuple((v.rule.id, v.ok, v.note if isinstance(v, rules.Accepted) else v.reason) for v in verdicts),
-        lock=lock_state,
-        input_hash=h,
+        lock=lock_state(plan),
+        input_hash=plan.input_hash if plan else None,
         hosts=support.summary(),
         hosts_why="; ".join(support.why),
         status=status,
     )
-
-
-def rows(repo_root: Path, specs: list[EnvSpec]) -> list[MatrixRow]:
-    provider = _status_provider()
-    return [row(repo_root, s, provider) for s in specs]

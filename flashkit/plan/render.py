@@ -1,24 +1,25 @@
-"""Rendering an env into a Dockerfile: a pure function of the spec, the lockfiles, the template, the
-input hash and the build host's memory (passed in, never probed here). Same inputs, same bytes.
+"""Rendering an env into a Dockerfile: a pure function of its :class:`~flashkit.plan.plan.Plan` and the
+build host's memory (passed in, never probed here). Same inputs, same bytes.
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
-import hashlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import jinja2
 
-from flashkit.plan import compat
 from flashkit.core import paths
+from flashkit.core.errors import SpecError
+from flashkit.plan import compat, inputhash, lock
+from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
 
 RUNTIME_UID = 10001  # fixed, above the distributions' dynamic range, so file ownership is predictable
 APT_MIRROR_DEFAULT = "http://deb.debian.org/debian"  # plain http works in containers without the proxy CA
+PIP_INDEX_DEFAULT = "https://pypi.org/simple"
 UBUNTU_UNPINNED = (
     "Unpinned on purpose: Ubuntu's archive is unreachable from this project's hosts, so exact versions "
     "cannot be looked up or verified here; the base image digest fixes the starting point."
@@ -42,10 +43,6 @@ def job_sizing(host_mem_gib: int) -> JobSizing:
     nvcc_threads = 2 if host_mem_gib >= 16 else 1
     max_jobs = max(1, min(16, (host_mem_gib * 3 // 4) // (4 * nvcc_threads)))
     return JobSizing(max_jobs=max_jobs, nvcc_threads=nvcc_threads)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _apt_packages(spec: EnvSpec) -> tuple[list[str], list[str], str | None]:
@@ -89,8 +86,6 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         arch_env, arch_value = "PYTORCH_ROCM_ARCH", ";".join(spec.gpu_targets)
     runtime_lock = f"{paths.LOCKFILES_DIR}/{spec.id}.txt"
     build_lock = f"{paths.LOCKFILES_DIR}/{spec.id}.build.txt"
-    from flashkit.plan import lock
-
     has_build_pins = bool(lock.parse(build_lock_text)[0])
     if flavor in ("ngc", "rocm"):
         compiler_note = f"the {flavor} base image itself carries the compiler (torch lives in it)"
@@ -117,6 +112,7 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         "apt_suite": spec.base.suite if flavor == "debian" else None,
         "apt_components": "main contrib non-free" if spec.compiler.source == "debian" else "main",
         "apt_mirror_default": APT_MIRROR_DEFAULT,
+        "pip_index_default": PIP_INDEX_DEFAULT,
         "apt_builder": apt_builder,
         "apt_runtime": apt_runtime,
         "apt_unpinned_reason": unpinned,
@@ -137,8 +133,8 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         "host_mem_gib": host_mem_gib,
         "uid": RUNTIME_UID,
         "runtime_compiler_note": compiler_note,
-        "lock_sha256": sha256_text(lock_text),
-        "build_lock_sha256": sha256_text(build_lock_text),
+        "lock_sha256": inputhash.sha256_text(lock_text),
+        "build_lock_sha256": inputhash.sha256_text(build_lock_text),
         "input_hash": input_hash,
         "input_hash_short": input_hash.split("-", 1)[-1][:16],
         "source_date_epoch": source_date_epoch(spec),
@@ -159,7 +155,7 @@ def source_date_epoch(spec: EnvSpec) -> int:
 def _compile(template_text: str) -> jinja2.Template:
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined,
-        autoescape=False,  # the output is a Dockerfile, not HTML; values are validated by flashkit.plan.spec
+        autoescape=False,  # the output is a Dockerfile, not HTML; values are validated by flashkit.plan.specfile
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
@@ -167,41 +163,24 @@ def _compile(template_text: str) -> jinja2.Template:
     return env.from_string(template_text)
 
 
-def render_dockerfile(
-    spec: EnvSpec,
-    lock_text: str,
-    build_lock_text: str = "",
-    *,
-    template_text: str,
-    input_hash: str,
-    host_mem_gib: int,
-) -> str:
-    """The Dockerfile for ``spec``. Pure and deterministic: same arguments, same string."""
+def render_dockerfile(plan: Plan, *, host_mem_gib: int) -> str:
+    """The Dockerfile of ``plan``. Pure and deterministic: same plan and memory, same string."""
     ctx = context(
-        spec, lock_text=lock_text, build_lock_text=build_lock_text, input_hash=input_hash, host_mem_gib=host_mem_gib
-    )
-    text = _compile(template_text).render(**ctx)
-    # Tidy whitespace the template's conditionals leave behind; deterministic by construction.
-    text = "\n".join(line.rstrip() for line in text.splitlines())
-    text = re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
-    return text
-
-
-def read_template(repo_root: Path) -> str:
-    return (Path(repo_root) / paths.TEMPLATE).read_text(encoding="utf-8")
-
-
-def render_env(repo_root: Path, spec: EnvSpec, *, host_mem_gib: int) -> str:
-    """Read the env's inputs from the repository, check the locks, compute the hash, render."""
-    from flashkit.plan import inputhash
-    from flashkit.plan import lock
-
-    texts = lock.read_checked(repo_root, spec)
-    return render_dockerfile(
-        spec,
-        texts.runtime,
-        texts.build,
-        template_text=read_template(repo_root),
-        input_hash=inputhash.input_hash(repo_root, spec),
+        plan.spec,
+        lock_text=plan.locks.runtime,
+        build_lock_text=plan.locks.build,
+        input_hash=plan.input_hash,
         host_mem_gib=host_mem_gib,
     )
+    try:
+        text = _compile(plan.template).render(**ctx)
+    except jinja2.TemplateSyntaxError as exc:
+        raise SpecError(f"{paths.TEMPLATE}:{exc.lineno}: template syntax error: {exc.message}") from None
+    except jinja2.TemplateError as exc:  # StrictUndefined: a name the template uses that flashkit does not set
+        raise SpecError(
+            f"{paths.TEMPLATE}: the template cannot be rendered for {plan.env_id}: {exc}",
+            hint="use only the names flashkit.plan.render.context provides",
+        ) from None
+    # Tidy whitespace the template's conditionals leave behind; deterministic by construction.
+    text = "\n".join(line.rstrip() for line in text.splitlines())
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"

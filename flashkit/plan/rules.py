@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from flashkit.plan import compat
 from flashkit.core.errors import RuleRejected
+from flashkit.plan import compat
 from flashkit.plan.spec import EnvSpec
 
 # A check returns (ok, detail): detail explains the verdict in terms of this env's values.

@@ -29,10 +29,10 @@ def built_env(engine):
     import os
     from pathlib import Path
 
+    from kitsupport import input_hash
+
     from flashkit.images import build
     from flashkit.images.container import image_inspect
-    from flashkit.plan.inputhash import input_hash
-    from flashkit.plan.spec import load_env
 
     root = Path(__file__).resolve().parents[2]
 
@@ -46,11 +46,10 @@ def built_env(engine):
         return max(found, key=lambda r: r.date, default=None)
 
     def get(env_id: str, builder: bool = False) -> build.BuildResult:
-        spec = load_env(root, env_id)
         if os.environ.get("FLASHKIT_TEST_BUILT") == "newest":
             res = newest(env_id, builder)
         else:
-            res = build.load_result(root, env_id, input_hash(root, spec))
+            res = build.load_result(root, env_id, input_hash(root, env_id))
         how = f"run `flashkit build {env_id}`"
         if res is None:
             pytest.skip(f"{env_id} is not built at its current input hash; {how}")

@@ -276,7 +276,7 @@ def _doctor(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FLASHKIT_ROOT", None)
     return subprocess.run(
-        [sys.executable, "-m", "flashkit.doctor.report", "--repo", str(ROOT), *args],
+        [sys.executable, "-m", "flashkit.doctor", "--repo", str(ROOT), *args],
         capture_output=True,
         text=True,
         timeout=600,

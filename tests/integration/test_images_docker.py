@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.images import build
 from flashkit.core import paths
-from flashkit.images import tiers
+from flashkit.core.errors import BaseImageError, ContainerError
+from flashkit.images import build, tiers
 from flashkit.images.base import create_base, load_records, pinned_base
 from flashkit.images.container import Container, image_inspect, image_remove
-from flashkit.core.errors import BaseImageError, ContainerError
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,11 +64,9 @@ def test_pinned_base_refuses_a_retagged_image(engine, bookworm, tmp_path):
 
 
 def _built(env_id: str) -> build.BuildResult:
-    from flashkit.plan.inputhash import input_hash
-    from flashkit.plan.spec import load_env
+    from kitsupport import input_hash
 
-    spec = load_env(ROOT, env_id)
-    res = build.load_result(ROOT, env_id, input_hash(ROOT, spec))
+    res = build.load_result(ROOT, env_id, input_hash(ROOT, env_id))
     if res is None or image_inspect_safe(res.runtime_ref) is None:
         pytest.skip(f"{env_id} is not built at its current input hash; run `flashkit build {env_id}`")
     return res
@@ -83,7 +80,7 @@ def image_inspect_safe(ref):
 
 def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tmp_path):
     """Issue 5 acceptance: cu130-torch211's wheel dropped into cu124-torch27's image."""
-    from flashkit.plan.spec import load_env
+    from flashkit.plan.specfile import load_env
 
     donor, host = _built("cu130-torch211"), _built("cu124-torch27")
     wheel = Path(donor.wheel_path)
@@ -121,7 +118,7 @@ def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tm
 
 @pytest.mark.parametrize("env_id", [os.environ.get("FLASHKIT_TEST_ENV", "cu130-torch211")])
 def test_built_env_passes_build_abi_cpu(engine, env_id):
-    from flashkit.plan.spec import load_env
+    from flashkit.plan.specfile import load_env
 
     res = _built(env_id)
     spec = load_env(ROOT, env_id)

@@ -1,7 +1,7 @@
 """`flashkit publish` against a real registry (Debian's docker-registry on loopback) and the real engine.
 
-Test images are tiny (one file, imported from a tarball); their verification
-records are written with record.py's own functions. Every refusal and every
+Test images are tiny (one file, imported from a tarball); their ledgers are written with the
+ledger's own functions. Every refusal and every
 interrupted push must leave no tag in the registry, asserted through the
 registry's HTTP API (/v2/_catalog and /v2/<name>/tags/list).
 """
@@ -13,6 +13,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -22,12 +24,14 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from kitsupport import artifact, input_hash, verdict
 
-from flashkit.ledger import publish
-from flashkit.ledger import record
-from flashkit.ledger.publish import Policy, PublishRefused, PushFailed, RegistryAPI, Target, parse_policy
-from flashkit.ledger.record import TierResult
+from flashkit.core.errors import PublishRefused, PushFailed
 from flashkit.images.local_registry import LocalRegistry
+from flashkit.ledger import publish, store
+from flashkit.ledger.gate import Policy, parse_policy
+from flashkit.ledger.publish import PublishRequest
+from flashkit.ledger.registry_api import RegistryAPI, Target
 
 pytestmark = [
     pytest.mark.docker,
@@ -35,6 +39,7 @@ pytestmark = [
 ]
 
 H = "fk1-" + "ab" * 32
+ENV = "cu130-torch211"
 ALL_PASSED = {"build": "passed", "abi": "passed", "cpu": "passed", "gpu": "passed"}
 
 
@@ -81,19 +86,9 @@ def image_id(engine, ref: str) -> str:
         sdk.close()
 
 
-def write_record(path: Path, input_hash: str, judged_id: str, verdicts: dict[str, str]) -> None:
-    tiers = [
-        TierResult(
-            tier=t,
-            verdict=v,
-            counts={"passed": 3} if v == "passed" else {"failed": 1},
-            reasons=() if v == "passed" else (f"{t} {v} in this test",),
-            duration_s=0.1,
-            judged={"image_id": judged_id},
-        )
-        for t, v in verdicts.items()
-    ]
-    record.upsert_entry(path, input_hash, {"image_id": judged_id, "wheel_sha256": "0" * 64}, tiers)
+def write_ledger(root: Path, input_hash: str, judged_id: str, verdicts: dict[str, str]) -> None:
+    art = artifact(ENV, input_hash, image=judged_id)
+    store.append(root, ENV, [art, *(verdict(art, t, v) for t, v in verdicts.items())])
 
 
 def catalog(reg: LocalRegistry) -> list[str]:
@@ -106,26 +101,32 @@ def all_tags(reg: LocalRegistry, target: Target) -> dict[str, list[str]]:
     return {repo: api.tags(repo) for repo in (target.repository, target.staging)}
 
 
-def do_publish(engine, ref, record_file, target, policy: Policy | None = None, input_hash: str = H):
-    return publish.publish_image(
-        engine,
-        env_id="tiny",
+def request(ref: str, root: Path, target: Target, policy: Policy | None = None, input_hash: str = H) -> PublishRequest:
+    return PublishRequest(
+        root=root,
+        env_id=ENV,
         input_hash=input_hash,
         immutable_tag=input_hash[:20],
         image_ref=ref,
-        record_file=record_file,
         policy=policy or parse_policy(None),
         target=target,
-        tags=["torch2.11-cu13.0-py3.11"],
-        say=lambda s: None,
+        tags=("torch2.11-cu13.0-py3.11",),
     )
+
+
+def do_publish(engine, ref, root, target, policy: Policy | None = None, input_hash: str = H):
+    return publish.publish_image(engine, request(ref, root, target, policy, input_hash))
+
+
+def publications(root: Path, input_hash: str = H):
+    return store.load(root, ENV).publications(input_hash)
 
 
 def test_verified_image_is_pushed_and_pulled_back_identical(engine, registry, make_image, tmp_path):
     ref = make_image()
     judged = image_id(engine, ref)
-    rec = tmp_path / "verified" / "tiny.json"
-    write_record(rec, H, judged, ALL_PASSED)
+    rec = tmp_path
+    write_ledger(rec, H, judged, ALL_PASSED)
     target = Target(registry.address, "org/flash")
 
     pub = do_publish(engine, ref, rec, target)
@@ -150,14 +151,15 @@ def test_verified_image_is_pushed_and_pulled_back_identical(engine, registry, ma
     assert labels["io.flashkit.judged-image"] == judged
     assert labels["io.flashkit.verified-tiers"] == "build,abi,cpu,gpu"
     assert labels["io.flashkit.policy"] == "full:build,abi,cpu,gpu|artifact-gpu"
-    entry = record.load(rec)["entries"][H]
-    assert entry["artifact"]["image_id"] == judged
-    assert entry["artifact"]["published"][str(target)]["digest"] == pub.digest
-    assert entry["tiers"]["gpu"]["verdict"] == "passed"  # recording the digest kept the verdicts
+    (recorded,) = publications(rec)
+    assert recorded.judged_image_id == judged and recorded.digest == pub.digest and recorded.target == str(target)
+    assert len(recorded.verdict_ids) == 4  # the verdicts the gate relied on, by id
+    assert store.load(rec, ENV).verdicts(H)[-1].tier == "gpu"  # recording the publication kept the verdicts
 
     # Publishing again reuses the immutable tag instead of minting a second image for the same inputs.
     again = do_publish(engine, ref, rec, target)
     assert again.reused and again.digest == pub.digest
+    assert [p.reused for p in publications(rec)] == [False, True]  # publications are a history
 
 
 @pytest.mark.parametrize(
@@ -167,19 +169,19 @@ def test_verified_image_is_pushed_and_pulled_back_identical(engine, registry, ma
 def test_refusals_leave_no_tag(engine, registry, make_image, tmp_path, case):
     ref = make_image()
     judged = image_id(engine, ref)
-    rec = tmp_path / "verified" / "tiny.json"
+    rec = tmp_path
     if case == "failed-tier":
-        write_record(rec, H, judged, ALL_PASSED | {"cpu": "failed"})
+        write_ledger(rec, H, judged, ALL_PASSED | {"cpu": "failed"})
     elif case == "tier-not-run":
-        write_record(rec, H, judged, ALL_PASSED | {"gpu": "not-run"})
+        write_ledger(rec, H, judged, ALL_PASSED | {"gpu": "not-run"})
     elif case == "tier-missing":
-        write_record(rec, H, judged, {"build": "passed", "abi": "passed", "cpu": "passed"})
+        write_ledger(rec, H, judged, {"build": "passed", "abi": "passed", "cpu": "passed"})
     elif case == "record-for-another-image":
         other = image_id(engine, make_image())
-        write_record(rec, H, other, ALL_PASSED)
+        write_ledger(rec, H, other, ALL_PASSED)
     elif case == "weaker-not-asked":
         # gpu not run: the default policy refuses even though every tier that ran passed.
-        write_record(rec, H, judged, {"build": "passed", "abi": "passed", "cpu": "passed", "gpu": "not-run"})
+        write_ledger(rec, H, judged, {"build": "passed", "abi": "passed", "cpu": "passed", "gpu": "not-run"})
     target = Target(registry.address, "org/flash")
 
     with pytest.raises(PublishRefused) as exc:
@@ -187,13 +189,13 @@ def test_refusals_leave_no_tag(engine, registry, make_image, tmp_path, case):
 
     assert exc.value.exit_code == 17
     msg = str(exc.value)
-    assert str(rec) in msg and "what to do:" in msg
+    assert (case == "unverified" or f"verified/{ENV}.jsonl" in msg) and "what to do:" in msg
     expected = {
-        "unverified": f"no entry for input hash {H}",
-        "failed-tier": "tier cpu is failed",
-        "tier-not-run": "tier gpu is not-run",
-        "tier-missing": "tier gpu has no result",
-        "record-for-another-image": f"not {judged}",
+        "unverified": f"no build in its ledger at its current input hash {H}",
+        "failed-tier": "cpu: failed",
+        "tier-not-run": "gpu: not-run",
+        "tier-missing": "gpu: not verified",
+        "record-for-another-image": f"no build in the ledger produced image {judged}",
         "weaker-not-asked": "--policy no-gpu",
     }[case]
     assert expected in msg
@@ -204,8 +206,8 @@ def test_refusals_leave_no_tag(engine, registry, make_image, tmp_path, case):
 def test_weaker_policy_must_be_asked_and_is_labelled(engine, registry, make_image, tmp_path):
     ref = make_image()
     judged = image_id(engine, ref)
-    rec = tmp_path / "verified" / "tiny.json"
-    write_record(rec, H, judged, {"build": "passed", "abi": "passed", "cpu": "passed", "gpu": "not-run"})
+    rec = tmp_path
+    write_ledger(rec, H, judged, {"build": "passed", "abi": "passed", "cpu": "passed", "gpu": "not-run"})
     target = Target(registry.address, "org/flash")
 
     pub = do_publish(engine, ref, rec, target, policy=parse_policy("no-gpu"))
@@ -218,7 +220,9 @@ def test_weaker_policy_must_be_asked_and_is_labelled(engine, registry, make_imag
     assert labels["io.flashkit.policy"] == "no-gpu:build,abi,cpu"
     assert labels["io.flashkit.verified-tiers"] == "build,abi,cpu"
     # The same input hash published under a different policy must not reuse the immutable tag silently.
-    write_record(rec, H, judged, {"gpu": "passed"})
+    store.append(
+        rec, ENV, [verdict(store.load(rec, ENV).artifacts(H)[0], "gpu", "passed", date="2026-11-30T12:00:00+00:00")]
+    )
     with pytest.raises(PushFailed, match="immutable tag"):
         do_publish(engine, ref, rec, target)
     assert all_tags(registry, target)["org/flash"] == sorted([H[:20], "torch2.11-cu13.0-py3.11"])
@@ -228,21 +232,19 @@ CLI_ENV = "cu130-torch211"
 
 
 def built_and_verified(kit_repo: Path, engine, ref: str) -> str:
-    """A build result naming the tiny image as CLI_ENV's runtime image, and a passing record; returns the input hash."""
-    from flashkit.images.build import BuildResult, result_path
-    from flashkit.plan.inputhash import input_hash
-    from flashkit.ledger.record import write_json_atomic
-    from flashkit.plan.spec import load_env
+    """The tiny image tagged as CLI_ENV's image of the current input hash, with a passing ledger."""
+    from flashkit.images.build import image_ref
+    from flashkit.plan.inputhash import tag_suffix
 
     judged = image_id(engine, ref)
-    h = input_hash(kit_repo, load_env(kit_repo, CLI_ENV))
-    res = BuildResult(
-        env=CLI_ENV, input_hash=h, runtime_ref=ref, runtime_id=judged, builder_ref=ref, builder_id=judged,
-        runtime_size=1, builder_size=1, wheel_path="unused.whl", wheel_sha256="0" * 64, lock_sha256="0" * 64,
-        base_image_id=None, built=True, seconds=0.0, log_path="unused.log", context={}, date=record.utc_now(),
-    )  # fmt: skip
-    write_json_atomic(result_path(kit_repo, CLI_ENV, h), res.to_json())
-    write_record(record.record_path(CLI_ENV, kit_repo), h, judged, ALL_PASSED)
+    h = input_hash(kit_repo, CLI_ENV)
+    sdk = engine.sdk()
+    try:
+        repo, tag = image_ref(CLI_ENV, tag_suffix(h)).rsplit(":", 1)
+        sdk.images.get(judged).tag(repo, tag)
+    finally:
+        sdk.close()
+    write_ledger(kit_repo, h, judged, ALL_PASSED)
     return h
 
 
@@ -257,8 +259,8 @@ def test_cli_publishes_to_the_registry_named_by_the_environment(
     assert r.code == 0, r.err
     target = Target(registry.address, "org/flash")
     assert RegistryAPI(target).tags("org/flash") == sorted([tag_suffix(h), "torch2.11-cu13.0-py3.11"])
-    published = record.load(record.record_path(CLI_ENV, kit_repo))["entries"][h]["artifact"]["published"]
-    digest = published[str(target)]["digest"]
+    (published,) = publications(kit_repo, h)
+    digest = published.digest
     assert f"published {target}@{digest}" in r.out
 
 
@@ -274,7 +276,8 @@ def test_changed_lockfile_after_testing_refuses_through_the_cli(engine, registry
     r = cli("--repo", str(kit_repo), "publish", CLI_ENV, "--registry", dest)
 
     assert r.code == 17, r.err
-    assert "no build for its current input hash" in r.err and h in r.err and f"flashkit test {CLI_ENV}" in r.err
+    assert "no build in its ledger at its current input hash" in r.err and h[:20] in r.err
+    assert f"flashkit test {CLI_ENV}" in r.err
     assert catalog(registry) == []
 
 
@@ -282,8 +285,8 @@ def test_interrupted_push_leaves_no_tag(engine, make_image, tmp_path):
     """The registry dies while a layer is uploading; after it comes back, no repository has a tag."""
     ref = make_image(size=48 * 1024 * 1024)  # random, so gzip cannot make the upload instant
     judged = image_id(engine, ref)
-    rec = tmp_path / "verified" / "tiny.json"
-    write_record(rec, H, judged, ALL_PASSED)
+    rec = tmp_path
+    write_ledger(rec, H, judged, ALL_PASSED)
     storage = tmp_path / "registry"
     reg = LocalRegistry(storage=storage).start()
     target = Target(reg.address, "org/flash")
@@ -310,7 +313,7 @@ def test_interrupted_push_leaves_no_tag(engine, make_image, tmp_path):
         reg.stop()
         with LocalRegistry(port=reg.port, storage=storage) as back:
             assert all_tags(back, target) == {"org/flash": [], "org/flash-staging": []}
-        assert "published" not in record.load(rec)["entries"][H]["artifact"]
+        assert publications(rec) == []
     finally:
         killed.set()
         reg.stop()
@@ -352,3 +355,62 @@ def test_killed_publish_leaves_no_tag_in_the_target(engine, registry, make_image
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+_PUBLISH = """
+import sys
+from pathlib import Path
+from flashkit.core.errors import FlashkitError
+from flashkit.images.engine import ensure_engine
+from flashkit.ledger import publish
+from flashkit.ledger.gate import parse_policy
+from flashkit.ledger.publish import PublishRequest
+from flashkit.ledger.registry_api import Target
+root, ref, host, h = sys.argv[1:5]
+req = PublishRequest(Path(root), "cu130-torch211", h, h[:20], ref, parse_policy(None), Target(host, "org/flash"),
+                     ("torch2.11-cu13.0-py3.11",))
+try:
+    print(publish.publish_image(ensure_engine(start=False), req).digest)
+except FlashkitError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+def publish_in_parallel(root: Path, refs: list[str], registry) -> list[subprocess.CompletedProcess]:
+    """Start one real publish process per ref at the same moment; wait for all."""
+    argv = [[sys.executable, "-c", _PUBLISH, str(root), ref, registry.address, H] for ref in refs]
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in argv]
+    return [subprocess.CompletedProcess(p.args, p.wait(600), *p.communicate()) for p in procs]
+
+
+def test_two_publishes_at_once_never_move_the_immutable_tag(engine, registry, make_image, tmp_path, monkeypatch):
+    """Two different images verified under one input hash (two hosts' builds) race for the same tag."""
+    monkeypatch.setenv("FLASHKIT_LOCK_DIR", str(tmp_path / "locks"))
+    refs = [make_image(size=8 * 1024 * 1024), make_image(size=8 * 1024 * 1024)]
+    for ref in refs:
+        write_ledger(tmp_path, H, image_id(engine, ref), ALL_PASSED)
+    results = publish_in_parallel(tmp_path, refs, registry)
+    codes = sorted(r.returncode for r in results)
+    assert codes == [0, 18], [r.stderr[-800:] for r in results]
+    winner = next(r for r in results if r.returncode == 0).stdout.strip()
+    loser = next(r for r in results if r.returncode == 18)
+    assert "immutable tag" in loser.stderr
+    target = Target(registry.address, "org/flash")
+    api = RegistryAPI(target)
+    assert api.manifest("org/flash", H[:20])[2] == winner
+    (recorded,) = publications(tmp_path)
+    assert recorded.digest == winner
+
+
+def test_the_same_image_published_twice_at_once_is_one_image_and_two_records(
+    engine, registry, make_image, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FLASHKIT_LOCK_DIR", str(tmp_path / "locks"))
+    ref = make_image(size=8 * 1024 * 1024)
+    write_ledger(tmp_path, H, image_id(engine, ref), ALL_PASSED)
+    results = publish_in_parallel(tmp_path, [ref, ref], registry)
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-800:] for r in results]
+    assert len({r.stdout.strip() for r in results}) == 1
+    recorded = publications(tmp_path)
+    assert sorted(p.reused for p in recorded) == [False, True] and len({p.digest for p in recorded}) == 1

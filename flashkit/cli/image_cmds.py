@@ -1,0 +1,175 @@
+"""Image commands: engine, base, registry, build (and build --check), gc."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import time
+from pathlib import Path
+
+from flashkit.cli.common import add_install_engine_option, mem, plans, root
+from flashkit.core import paths
+from flashkit.core.errors import BaseImageError, NotReproducible, UsageError
+from flashkit.images import base, build, build_check, gc, site
+from flashkit.images.engine import ensure_engine
+from flashkit.images.local_registry import LocalRegistry
+from flashkit.plan.plan import plan_of
+from flashkit.plan.specfile import load_all
+
+# BuildKit's plain progress: "#7 [builder 3/9] RUN ..." opens a step, "#7 DONE 12.3s" / "#7 CACHED" closes it.
+_STEP = re.compile(r"^#\d+ (\[|DONE|CACHED|ERROR)")
+
+
+def build_options(args, **extra) -> build.BuildOptions:
+    """Build options from the command line: memory, site inputs (checked), progress output."""
+    quiet = getattr(args, "quiet", False)
+    start = time.monotonic()
+
+    def on_line(line: str) -> None:
+        if not quiet or _STEP.match(line):
+            sys.stderr.write(f"[{time.monotonic() - start:7.1f}s] {line}")
+
+    urls = {
+        "pip_index_url": getattr(args, "pip_index_url", None),
+        "debian_mirror": getattr(args, "debian_mirror", None),
+    }
+    return build.BuildOptions(host_mem_gib=mem(args), site=site.gather(urls), on_line=on_line, **extra)
+
+
+def cmd_engine(args) -> int:
+    engine = ensure_engine(start=args.action == "ensure", install=args.install, log_path=args.log)
+    print(
+        f"engine: {engine.server_version} (API {engine.api_version}, storage {engine.storage_driver}, "
+        f"data root {engine.data_root}) at {engine.base_url}"
+    )
+    print(f"build client: {engine.build_client.describe()}")
+    return 0
+
+
+def cmd_base(args) -> int:
+    engine = ensure_engine()
+    if args.base_action == "show":
+        for _suite, rec in sorted(base.load_records().items()):
+            print(f"{rec.pinned_tag}  {rec.image_id}  layer {rec.layer_digest}")
+            print(f"    from {rec.mirror} ({rec.release_date}), debootstrap {rec.debootstrap}")
+        return 0
+    for suite in args.suites:
+        if not args.force:
+            try:
+                rec = base.pinned_base(engine, suite)
+                print(f"{rec.tag} already pinned: {rec.image_id} (use --force to recreate)")
+                continue
+            except BaseImageError:
+                pass
+        rec = base.create_base(engine, suite, mirror=args.mirror)
+        print(f"{rec.tag}  {rec.image_id}  layer {rec.layer_digest}  {rec.seconds:.0f}s")
+    return 0
+
+
+def cmd_registry(args) -> int:
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: a TCP port is 1-65535")
+    reg = LocalRegistry(port=args.port, storage=args.storage, log_path=args.storage / "registry.log")
+    reg.start()
+    print(f"registry serving at {reg.address} (storage {reg.storage}); Ctrl-C stops it")
+    try:
+        reg.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reg.stop()
+    return 0
+
+
+def cmd_build(args) -> int:
+    r = root(args)
+    (plan,) = plans(r, args, accepted=True)
+    options = build_options(args)  # site inputs are checked before any engine is started
+    engine = ensure_engine(install=args.install_engine)
+    if args.check:
+        report = build_check.check_plan(r, plan, engine, options)
+        print(report.text())
+        print(f"report: {paths.rel(r, build_check.report_path(r, report.env, report.input_hash))}")
+        if not report.wheel.identical:
+            raise NotReproducible(f"{report.env}: the cold rebuild's wheel differs from the first build's (above)")
+        return 0
+    res = build.build_plan(r, plan, engine, dataclasses.replace(options, rebuild=args.rebuild, no_cache=args.no_cache))
+    what = "built" if res.built else "up to date"
+    print(f"{res.env} {what}: input hash {res.input_hash}" + (f" in {res.seconds:.0f}s" if res.built else ""))
+    print(f"  runtime {res.runtime_ref}  {res.runtime_id}  {build.human_size(res.runtime_size)}")
+    print(f"  builder {res.builder_ref}  {res.builder_id}  {build.human_size(res.builder_size)}")
+    print(f"  wheel   {res.wheel_path}  sha256 {res.wheel_sha256}")
+    print(f"  log     {res.log_path}")
+    return 0
+
+
+def cmd_gc(args) -> int:
+    r = root(args)
+    keep = gc.keep_tags([plan_of(r, s) for s in load_all(r)], base.load_records(r / base.RECORD_PATH))
+    report = gc.collect(ensure_engine(), keep, prefix=args.prefix, dry_run=args.dry_run, build_cache=args.build_cache)
+    for tag in report.plan.keep:
+        print(f"keep    {tag}")
+    for tag in report.plan.remove:
+        print(f"{'would remove' if args.dry_run else 'remove'}  {tag}  ({build.human_size(report.sizes.get(tag, 0))})")
+    for line in report.in_use:
+        print(f"kept (in use) {line}")
+    if report.cache_freed is not None:
+        print(f"build cache: {build.human_size(report.cache_freed)} reclaimed")
+    verb, n = ("would remove", len(report.plan.remove)) if args.dry_run else ("removed", report.removed)
+    print(f"{verb} {n} tag(s), kept {len(report.plan.keep)}")
+    return 0
+
+
+def add_site_options(p) -> None:
+    p.add_argument("--pip-index-url", help="pip index for the build (default: $FLASHKIT_PIP_INDEX_URL); no credentials")
+    p.add_argument("--debian-mirror", help="Debian mirror for apt in the build (default: $FLASHKIT_DEBIAN_MIRROR)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("engine", help="find, install or start the docker engine")
+    p.add_argument("action", choices=["ensure", "status"], help="ensure: start dockerd if needed; status: report only")
+    p.add_argument(
+        "--install",
+        action="store_true",
+        help="apt-get install whichever of docker.io, debootstrap, docker-registry is missing",
+    )
+    p.add_argument(
+        "--log", type=Path, default=Path(".work/logs/dockerd.log"), help="dockerd's log when flashkit starts it"
+    )
+    p.set_defaults(run=cmd_engine)
+
+    p = sub.add_parser("base", help="create the Debian base images without a registry")
+    bsub = p.add_subparsers(dest="base_action", required=True)
+    c = bsub.add_parser("create", help="debootstrap a suite and import it as flashkit/debian:SUITE")
+    c.add_argument("suites", nargs="+", choices=base.SUITES)
+    c.add_argument("--mirror", help="Debian archive URL (default: FLASHKIT_DEBIAN_MIRROR, else the host's apt sources)")
+    c.add_argument("--force", action="store_true", help="recreate even when a pinned base exists")
+    s = bsub.add_parser("show", help="print the pinned bases")
+    s.set_defaults(suites=[])
+    p.set_defaults(run=cmd_base)
+
+    p = sub.add_parser("registry", help="run a local OCI registry on 127.0.0.1 (docker-registry)")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--storage", type=Path, default=Path(".work/registry"), help="where pushed blobs are kept")
+    p.set_defaults(run=cmd_registry)
+
+    p = sub.add_parser("build", help="build an env's builder and runtime images and export its wheel")
+    p.add_argument("env", help="env id, e.g. cu130-torch211")
+    p.add_argument("--rebuild", action="store_true", help="build even when an image with this input hash exists")
+    p.add_argument("--no-cache", action="store_true", help="ignore BuildKit's layer cache (cold build)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="build again without cache and compare with the build of record: the wheel must be bit-identical (exit 30 if not)",
+    )
+    p.add_argument("--quiet", action="store_true", help="show only step headers; the log keeps everything")
+    add_site_options(p)
+    add_install_engine_option(p)
+    p.set_defaults(run=cmd_build)
+
+    p = sub.add_parser("gc", help="remove images of old input hashes and -check rebuilds (frees disk)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
+    p.add_argument("--build-cache", action="store_true", help="also prune BuildKit's build cache")
+    p.add_argument("--prefix", default=gc.REPO_PREFIX, help=f"repositories to collect (default {gc.REPO_PREFIX})")
+    p.set_defaults(run=cmd_gc)

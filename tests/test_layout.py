@@ -1,0 +1,105 @@
+"""The kit's architecture, kept by a test: layers import only downwards, no module imports itself back
+through others, and modules and functions stay small enough to read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "flashkit"
+# Each layer may import itself and the layers listed; anything else is an upward or sideways dependency.
+ALLOWED = {
+    "core": set(),
+    "evidence": set(),  # runs on GPU hosts with the standard library alone
+    "binary": {"core"},
+    "plan": {"core"},
+    "images": {"core", "binary", "evidence", "plan"},
+    "ledger": {"core", "binary", "evidence", "plan", "images"},
+    "doctor": {"core", "binary", "plan", "ledger"},
+    "cli": {"core", "binary", "evidence", "plan", "images", "ledger", "doctor"},
+}
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 80
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        out[name] = path
+    return out
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    # `python -m flashkit.doctor` is an entry point: it belongs to the command line.
+    return "cli" if parts[-1] == "__main__" else (parts[1] if len(parts) > 1 else "root")
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """Every flashkit module ``path`` imports, at module level or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("flashkit"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("flashkit")}
+    return {m for m in found if m in known}
+
+
+GRAPH = {name: imports(path, set(modules())) for name, path in modules().items()}
+
+
+def test_every_module_is_in_a_layer():
+    assert {layer(m) for m in GRAPH} - {"root"} <= set(ALLOWED)
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_layers_import_only_downwards(module):
+    mine = layer(module)
+    if mine == "root":
+        return
+    bad = sorted(m for m in GRAPH[module] if layer(m) not in ALLOWED[mine] | {mine, "root"})
+    assert not bad, f"{module} ({mine}) imports {bad}; {mine} may import {sorted(ALLOWED[mine])}"
+
+
+def test_no_import_cycles():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for dep in sorted(GRAPH[m]):
+            if dep in GRAPH and state.get(dep) == 1 and dep != m and not m.startswith(dep + "."):
+                cycle = [*stack[stack.index(dep) :], dep]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if dep in GRAPH and dep not in state:
+                visit(dep)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_modules_and_functions_stay_readable(module):
+    path = modules()[module]
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{module} has {len(text.splitlines())} lines"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            n = node.end_lineno - node.lineno + 1
+            assert n <= MAX_FUNCTION_LINES, f"{module}.{node.name} has {n} lines"
+
+
+def test_the_cli_wires_commands_by_explicit_imports():
+    text = (ROOT / "cli" / "main.py").read_text()
+    assert "importlib" not in text and "EXTENSIONS" not in text

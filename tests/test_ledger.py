@@ -1,0 +1,216 @@
+"""The ledger: content-addressed, append-only facts; verdicts bound to digests; the gate reads only them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kitsupport import H1, H2, REPO, artifact, digest, full_ledger, verdict
+
+from flashkit.core.errors import RecordError
+from flashkit.core.names import Tier
+from flashkit.ledger import gate, migrate, record, store
+from flashkit.ledger.model import Applies, content_id
+
+ENV = "cu130-torch211"
+FULL = gate.parse_policy(None)
+
+
+def lines(root: Path, env: str = ENV) -> list[str]:
+    return store.ledger_path(root, env).read_text().splitlines()
+
+
+# -- facts ------------------------------------------------------------------------------------------------
+def test_a_fact_is_named_by_its_content():
+    a = artifact()
+    body = json.loads(a.line())
+    assert body["id"] == content_id(body) == a.id and body["schema"] == 2 and body["kind"] == "artifact"
+    assert artifact(date="2026-12-01T00:00:00+00:00").id != a.id
+
+
+def test_appending_keeps_every_old_line_byte_for_byte(tmp_path):
+    a = artifact()
+    store.append(tmp_path, ENV, [a, verdict(a, "build")])
+    before = lines(tmp_path)
+    store.append(tmp_path, ENV, [verdict(a, "cpu")])
+    after = lines(tmp_path)
+    assert after[: len(before)] == before and len(after) == len(before) + 1
+    # The same fact twice is one fact.
+    _ledger, added = store.append(tmp_path, ENV, [verdict(a, "cpu")])
+    assert added == [] and lines(tmp_path) == after
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda b: b.update(verdict="passed", counts={"tests": 0, "passed": 0}), "verdict"),
+        (lambda b: b.update(counts={"tests": 3, "passed": 3, "failed": 1}), "verdict"),
+        (lambda b: b.pop("subject"), "subject"),
+        (lambda b: b.update(subject={"kind": "wheel", "digest": digest("w")}), "verdict"),  # cpu judges an image
+        (lambda b: b.update(env="../../etc"), "env"),
+        (lambda b: b.update(input_hash="fk1-abc\n"), "input_hash"),
+        (lambda b: b["subject"].update(digest=digest("x") + "\n"), "subject.digest"),
+        (lambda b: b.update(reasons=["fine", "two\nlines"]), "reasons.1"),
+        (lambda b: b.update(kind="rumour"), "kind"),
+        (lambda b: b.update(verdict="probably"), "verdict"),
+    ],
+)
+def test_a_line_that_breaks_the_schema_or_the_rules_is_refused_at_read_time(tmp_path, edit, field):
+    a = artifact()
+    body = json.loads(verdict(a, "cpu").line())
+    edit(body)
+    body["id"] = content_id(body)  # a forger recomputes the id: the content checks still hold
+    path = store.ledger_path(tmp_path, ENV)
+    path.parent.mkdir(parents=True)
+    path.write_text(a.line() + "\n" + json.dumps(body) + "\n")
+    with pytest.raises(RecordError) as exc:
+        store.load(tmp_path, ENV)
+    assert "verified/cu130-torch211.jsonl:2:" in str(exc.value) and field in str(exc.value)
+
+
+def test_an_edited_line_no_longer_matches_its_id(tmp_path):
+    a = artifact()
+    store.append(tmp_path, ENV, [a, verdict(a, "cpu", "failed")])
+    path = store.ledger_path(tmp_path, ENV)
+    path.write_text(path.read_text().replace('"verdict":"failed"', '"verdict":"error"'))
+    with pytest.raises(RecordError, match=r":2: field id: .* not the sha256 of the fact's content"):
+        store.load(tmp_path, ENV)
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[1, 2]\n", "field (the fact)"),
+        ('{"kind": "artifact", "schema": 2', "not a JSON object"),
+        ("\xff\n", "not UTF-8"),
+    ],
+)
+def test_malformed_ledger_files_name_file_and_line(tmp_path, text, needle):
+    path = store.ledger_path(tmp_path, ENV)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(RecordError, match=r"verified/cu130-torch211\.jsonl") as exc:
+        store.load(tmp_path, ENV)
+    assert needle in str(exc.value) and exc.value.exit_code == 14
+
+
+def test_a_schema_1_record_is_refused_with_the_command_that_migrates_it(tmp_path):
+    (tmp_path / "verified").mkdir()
+    (tmp_path / "verified" / f"{ENV}.json").write_text("{}")
+    with pytest.raises(RecordError, match="flashkit ledger migrate"):
+        store.load(tmp_path, ENV)
+
+
+# -- the gate -----------------------------------------------------------------------------------------------
+def test_every_required_tier_on_this_exact_image(tmp_path):
+    a = artifact()
+    full_ledger(tmp_path, a)
+    led = store.load(tmp_path, ENV)
+    assert gate.gate(led, H1, a.image_id, FULL)
+    assert not gate.gate(led, H1, digest("other image"), FULL)
+    assert not gate.gate(led, H2, a.image_id, FULL)
+
+
+@pytest.mark.parametrize("result", ["failed", "not-run", "error"])
+def test_anything_short_of_passed_is_not_verified(tmp_path, result):
+    a = artifact()
+    store.append(
+        tmp_path, ENV, [a, *(verdict(a, t) for t in ("build", "abi", "cpu")), verdict(a, "artifact-gpu", result)]
+    )
+    decision = gate.gate(store.load(tmp_path, ENV), H1, a.image_id, FULL)
+    assert not decision and any(f"artifact-gpu: {result}" in r for r in decision.reasons)
+
+
+def test_the_latest_verdict_for_a_tier_wins(tmp_path):
+    a = artifact()
+    full_ledger(tmp_path, a)
+    store.append(tmp_path, ENV, [verdict(a, "cpu", "failed", date="2026-11-30T12:00:00+00:00")])
+    decision = gate.gate(store.load(tmp_path, ENV), H1, a.image_id, FULL)
+    assert not decision and "cpu: failed" in decision.reasons[0]
+
+
+def test_a_rebuild_on_another_host_keeps_every_verdict_and_the_wheel_verdicts_apply(tmp_path):
+    first = artifact()
+    full_ledger(tmp_path, first)
+    before = lines(tmp_path)
+    # Another host: a different image id, the bit-identical wheel.
+    second = artifact(image=digest("image on another host"), date="2026-12-01T09:00:00+00:00")
+    led, added = record.append_with_applies(tmp_path, ENV, [second])
+    assert lines(tmp_path)[: len(before)] == before  # nothing removed or rewritten
+    applies = [f for f in added if isinstance(f, Applies)]
+    assert {a.tier for a in applies} == {Tier.BUILD, Tier.ARTIFACT_GPU}  # the wheel tiers, not the image ones
+    assert all("bit-identical" in a.because and a.artifact_id == second.id for a in applies)
+    judged = gate.judgements(led, second)
+    assert judged[Tier.ARTIFACT_GPU].passed and judged[Tier.ARTIFACT_GPU].how.startswith(
+        "applies: the wheel is bit-identical"
+    )
+    assert not judged[Tier.ABI].passed  # the new image itself has not been judged
+    decision = gate.gate(led, H1, second.image_id, FULL)
+    assert not decision and "abi: not verified" in " ".join(decision.reasons)
+    store.append(tmp_path, ENV, [verdict(second, t) for t in ("abi", "cpu")])
+    assert gate.gate(store.load(tmp_path, ENV), H1, second.image_id, FULL)
+    # Re-recording the same pair adds no second applies fact.
+    _led, again = record.append_with_applies(tmp_path, ENV, [])
+    assert again == []
+
+
+def test_a_wheel_verdict_never_applies_to_another_wheel(tmp_path):
+    first = artifact()
+    full_ledger(tmp_path, first)
+    other = artifact(image=digest("img2"), wheel="f" * 64, date="2026-12-01T00:00:00+00:00")
+    led, added = record.append_with_applies(tmp_path, ENV, [other])
+    assert added == [other]
+    assert not gate.judgements(led, other)[Tier.ARTIFACT_GPU].passed
+
+
+def test_weaker_policy_passes_only_when_asked(tmp_path):
+    a = artifact()
+    full_ledger(tmp_path, a, tiers=("build", "abi", "cpu"))
+    led = store.load(tmp_path, ENV)
+    assert not gate.gate(led, H1, a.image_id, FULL)
+    weak = gate.parse_policy("no-gpu")
+    assert gate.gate(led, H1, a.image_id, weak) and weak.weaker_than_default
+
+
+def test_status_line_for_the_matrix(tmp_path):
+    a = artifact()
+    full_ledger(tmp_path, a)
+    led = store.load(tmp_path, ENV)
+    assert gate.status(led, H1) == "build:passed abi:passed cpu:passed artifact-gpu:passed"
+    assert gate.status(led, H2).startswith("not verified at this input hash")
+    assert gate.status(store.load(tmp_path, "cu124-torch27"), H1) == "not verified"
+
+
+# -- migration -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env", ["cu130-torch211", "cu124-torch27"])
+def test_the_committed_schema_1_records_migrate_without_loss(env, tmp_path):
+    original = REPO / "verified" / "schema1" / f"{env}.json"
+    data = json.loads(original.read_text())
+    (tmp_path / "verified").mkdir()
+    (tmp_path / "verified" / f"{env}.json").write_text(original.read_text())
+    migrate.migrate_env(tmp_path, env)
+    led = store.load(tmp_path, env)
+    assert migrate.lost_in_migration(data, led) == []
+    assert (tmp_path / "verified" / "schema1" / f"{env}.json").read_text() == original.read_text()
+
+
+@pytest.mark.parametrize("env", ["cu130-torch211", "cu124-torch27"])
+def test_the_committed_ledger_holds_everything_of_its_schema_1_record(env):
+    data = json.loads((REPO / "verified" / "schema1" / f"{env}.json").read_text())
+    assert migrate.lost_in_migration(data, store.load(REPO, env)) == []
+
+
+def test_every_committed_ledger_line_validates_against_the_committed_schema():
+    import jsonschema
+
+    schema = json.loads((REPO / "flashkit" / "ledger" / "schema" / "ledger-v2.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    files = sorted((REPO / "verified").glob("*.jsonl"))
+    assert files
+    for path in files:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            errors = list(validator.iter_errors(json.loads(line)))
+            assert not errors, f"{path.name}:{n}: {errors[0].message}"
+        store.load(REPO, path.stem)  # and the semantic checks
