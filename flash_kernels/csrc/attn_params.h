@@ -54,6 +54,35 @@ struct AttnParams {
   // diag_offset = seqlen_k - seqlen_q aligns causal masks bottom-right (flash_attn convention).
   // Host code resolves "unbounded" (-1) to values no pair reaches, so kernels never test for -1.
   int window_left, window_right, diag_offset;
+
+  // Paged KV (block_table != null; kvcache_fwd, and varlen_fwd with a block table): k and v are
+  // (num_pages, page_size, heads_kv, head_dim) caches, and key position j of sequence b is row
+  // j % page_size of page block_table[b * block_table_stride + j / page_size]. Page ids outside
+  // [0, num_pages) are never dereferenced: such a page reads as zeros (checking them on the host would
+  // cost a device sync). page_shift = log2(page_size) when it is a power of two (shift instead of divide).
+  const int* block_table;
+  int64_t block_table_stride;
+  int64_t k_page_stride, v_page_stride;
+  int page_size, page_shift, num_pages;
+
+  // KV cache (kvcache_fwd). Sequence b sees cache positions [cache_leftpad[b], cache_seqlens[b]) of cache
+  // row cache_batch_idx[b] (dense) or of its block table (paged); null pointers mean 0, seqlen_k and b.
+  // cache_seqlens is clamped to cache_capacity (dense: the cache length; paged: max_blocks * page_size), and
+  // a cache_batch_idx outside [0, cache_batch) gives that sequence no key, so bad device data cannot make
+  // a kernel read outside the caches.
+  const int* cache_seqlens;
+  const int* cache_leftpad;
+  const int* cache_batch_idx;
+  int cache_capacity, cache_batch;
+  // softcap > 0: scores become softcap * tanh(q.k * softcap_scale) with softcap_scale = softmax_scale /
+  // softcap, and softmax_scale / scale_log2 then hold 1 / log2(e) (the scale is inside the tanh).
+  float softcap, softcap_scale;
+  // Split-KV: num_splits blocks share one row tile's keys; with more than one, each writes its normalised
+  // partial O (float32, head_dim wide) and lse to row ((split * batch + b) * heads_q + h) * seqlen_q + i of
+  // partial_o / partial_lse, and a combine kernel merges them into out and lse.
+  int num_splits;
+  float* partial_o;
+  float* partial_lse;
 };
 
 }  // namespace flash_kernels

@@ -12,6 +12,7 @@
 #include "attn_mask.cuh"
 #include "attn_params.h"
 #include "kernel_traits.h"
+#include "kv_rows.cuh"
 #include "mma_primitives.cuh"
 
 namespace flash_kernels {
@@ -19,8 +20,11 @@ namespace flash_kernels {
 // kVarlen is a template flag here (not a run-time test as in the backward): the per-sequence lengths and
 // row offsets cost this kernel, which sits at the 255-register cap, two or three more live registers and
 // measured 3-4% (H200, bf16, head dim 128, A/B in one session). The backward showed no such loss.
-template <typename Traits, bool kBanded, bool kVarlen>
+// kPaged (varlen only): k and v are paged caches (AttnParams::block_table); sequence b's keys are positions
+// [0, cu_seqlens_k[b + 1] - cu_seqlens_k[b]) of its block table, clamped to the table's capacity.
+template <typename Traits, bool kBanded, bool kVarlen, bool kPaged = false>
 __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnParams params) {
+  static_assert(kVarlen || !kPaged, "paged K/V comes with varlen sequences (flash_attn's varlen API)");
   AttnParams p = params;  // select_sequence narrows this copy to the block's sequence (varlen)
   using T = typename Traits::Element;
   constexpr int D = Traits::kHeadDim;
@@ -51,6 +55,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnP
   int q_off = 0, k_off = 0;
   if constexpr (kVarlen) {
     select_sequence(p, b, q_off, k_off);
+    if constexpr (kPaged) {
+      // Keys are found through the block table, not at rows cu_seqlens_k[b] of a packed tensor.
+      k_off = 0;
+      p.seqlen_k = min(max(p.seqlen_k, 0), p.cache_capacity);
+      p.diag_offset = p.seqlen_k - p.seqlen_q;
+    }
     if (m0 >= p.seqlen_q) return;  // the grid covers the longest sequence
   }
 
@@ -58,6 +68,18 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnP
                 (q_off + m0) * p.q_row_stride;
   const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + k_off * p.k_row_stride;
   const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + k_off * p.v_row_stride;
+  // Key block n0's rows of K or V: a tile of gK / gV, or (paged) pages of the sequence's block table.
+  auto load_keys = [&](T* dst, const T* g, int64_t row_stride, int64_t page_stride, int n0) {
+    if constexpr (kPaged) {
+      const CacheRows<T> rows{g, row_stride, page_stride, p.block_table + b * p.block_table_stride,
+                              p.page_size, p.page_shift, p.num_pages, 0, p.seqlen_k};
+      load_rows_async<BN, D, NT>(dst, [&](int r) { return rows(n0 + r); }, g, p.head_dim, tid);
+    } else {
+      load_tile_async<BN, D, NT>(dst, g + n0 * row_stride, row_stride, p.seqlen_k - n0, p.head_dim, tid);
+    }
+  };
+  auto load_k = [&](int n0) { load_keys(sK, gK, p.k_row_stride, p.k_page_stride, n0); };
+  auto load_v = [&](int n0) { load_keys(sV, gV, p.v_row_stride, p.v_page_stride, n0); };
   T* gO = static_cast<T*>(p.out) + b * p.o_batch_stride + h * p.o_head_stride + (q_off + m0) * p.o_row_stride;
   float* gLse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_off + m0;
 
@@ -79,11 +101,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnP
 
   if (n_block_min < n_block_max) {
     load_tile_async<BM, D, NT>(sQ, gQ, p.q_row_stride, p.seqlen_q - m0, p.head_dim, tid);
-    {
-      const int n0 = (n_block_max - 1) * BN;
-      load_tile_async<BN, D, NT>(sK, gK + n0 * p.k_row_stride, p.k_row_stride, p.seqlen_k - n0, p.head_dim,
-                                 tid);
-    }
+    load_k((n_block_max - 1) * BN);
     cp_async_commit();
   }
 
@@ -95,7 +113,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnP
     const int n0 = n_block * BN;
     cp_async_wait<0>();
     __syncthreads();  // K (and Q) landed; every warp finished the previous PV, so sV may be overwritten
-    load_tile_async<BN, D, NT>(sV, gV + n0 * p.v_row_stride, p.v_row_stride, p.seqlen_k - n0, p.head_dim, tid);
+    load_v(n0);
     cp_async_commit();
 
     // S = Q K^T for this warp's rows.
@@ -145,43 +163,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_fwd_kernel(const AttnP
 
     // Online softmax: rescale what was accumulated under the old row max, then add this block.
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = row_max[mt][r];
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = quad_max(mx);
-        // A row that has seen only masked keys keeps max -inf; use 0 so exp2 gives 0, not NaN.
-        const float mx_scaled = mx == -INFINITY ? 0.f : mx * p.scale_log2;
-        const float alpha = fast_exp2(row_max[mt][r] * p.scale_log2 - mx_scaled);
-        row_max[mt][r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float e = fast_exp2(fmaf(s[mt][nt][2 * r + c], p.scale_log2, -mx_scaled));
-            s[mt][nt][2 * r + c] = e;
-            sum += e;
-          }
-        }
-        // Per-thread partial sums; the quad reduction happens once, after the last block.
-        row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
-#pragma unroll
-        for (int dt = 0; dt < DTILES; ++dt) {
-          o_acc[mt][dt][2 * r] *= alpha;
-          o_acc[mt][dt][2 * r + 1] *= alpha;
-        }
-      }
-    }
+    for (int mt = 0; mt < MT; ++mt) online_softmax_step(s[mt], row_max[mt], row_sum[mt], o_acc[mt], p.scale_log2);
 
     cp_async_wait<0>();
     __syncthreads();  // V landed; every warp finished reading sK, so the next K may be copied
     if (n_block > n_block_min) {
-      const int n0_next = n0 - BN;
-      load_tile_async<BN, D, NT>(sK, gK + n0_next * p.k_row_stride, p.k_row_stride, p.seqlen_k - n0_next,
-                                 p.head_dim, tid);
+      load_k(n0 - BN);
       cp_async_commit();
     }
 

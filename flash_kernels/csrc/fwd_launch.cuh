@@ -73,9 +73,10 @@ struct FwdConfig<T, 256> {
 template <typename T, int kHeadDim, bool kBanded>
 void run_fwd(const AttnParams& p, cudaStream_t stream) {
   using Traits = typename FwdConfig<T, kHeadDim>::Traits;
-  // Dense and varlen calls share one instantiation file (one nvcc front-end pass for both kernels).
-  auto kernel = p.cu_seqlens_q != nullptr ? attn_fwd_kernel<Traits, kBanded, true>
-                                          : attn_fwd_kernel<Traits, kBanded, false>;
+  // Dense, varlen and paged varlen calls share one instantiation file (one nvcc front-end pass for all).
+  auto kernel = p.cu_seqlens_q == nullptr ? attn_fwd_kernel<Traits, kBanded, false>
+                : p.block_table == nullptr ? attn_fwd_kernel<Traits, kBanded, true>
+                                           : attn_fwd_kernel<Traits, kBanded, true, true>;
   constexpr int smem = Traits::kSmemBytes;
   // Above 48 KB a block must opt in to the larger dynamic shared-memory carve-out.
   if (smem > 48 * 1024) {

@@ -77,3 +77,43 @@ struct BwdQTraits {
 };
 
 }  // namespace flash_kernels
+
+namespace flash_kernels {
+
+// KV-cache attention (kvcache_kernel.cuh). A block owns kBlockM = 16 * kWarpsM packed rows (the q heads of
+// one kv head x the queries) and walks its share of the keys kBlockN at a time through a kStages-deep
+// cp.async ring. The block's 4 warps are laid out kWarpsM x kWarpsN: warp (wm, wn) owns rows
+// 16 wm .. 16 wm + 15 and keys wn * kKeysPerWarp .. of every key block; with kWarpsN > 1 the warps hold
+// separate softmax states that the epilogue merges (split-K inside the block).
+template <typename Element_, int kHeadDim_, int kWarpsM_, int kWarpsN_, int kBlockN_, int kStages_>
+struct KvcacheTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpsM = kWarpsM_;
+  static constexpr int kWarpsN = kWarpsN_;
+  static constexpr int kNWarps = kWarpsM * kWarpsN;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kBlockM = 16 * kWarpsM;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
+  static constexpr int kNTiles = kKeysPerWarp / 8;  // 8-column accumulator tiles of S per warp
+  static constexpr int kDTiles = kHeadDim / 8;
+
+  static_assert(kNWarps == 4, "the loaders and the epilogue are written for 128 threads");
+  static_assert(kKeysPerWarp % 16 == 0, "P feeds mma as 16-wide k slices, so each warp needs whole 16-key steps");
+  static_assert(kBlockN % 16 == 0, "a 16-key group must not straddle a page (pages are multiples of 16)");
+  static_assert(kHeadDim % 16 == 0, "ldmatrix pairs cover 16 columns of the head dim at a time");
+  static_assert(kStages >= 2, "one stage computes while the next one loads");
+
+  static constexpr int kSmemQ = kBlockM * SmemTile<kHeadDim>::kStride;
+  static constexpr int kSmemKV = kBlockN * SmemTile<kHeadDim>::kStride;
+  static constexpr int kSmemMainBytes = (kSmemQ + 2 * kStages * kSmemKV) * static_cast<int>(sizeof(Element));
+  // Epilogue, reusing the same memory once the ring is drained: each warp's O (float32; rows padded by 8 floats
+  // so the float2 stores of a quad's 8 rows fall in distinct banks) and its per-row max and sum.
+  static constexpr int kORowStride = kHeadDim + 8;
+  static constexpr int kSmemEpilogueBytes = kWarpsN * kBlockM * (kORowStride + 2) * 4;
+  static constexpr int kSmemBytes = kSmemMainBytes > kSmemEpilogueBytes ? kSmemMainBytes : kSmemEpilogueBytes;
+};
+
+}  // namespace flash_kernels

@@ -11,6 +11,8 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cmath>
 #include <cstdint>
 
 namespace flash_kernels {
@@ -59,14 +61,16 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPendingAllowed));
 }
 
-// Copy rows [0, kRows) of a (rows x kCols) global tile into shared memory (SmemTile layout); rows at or
-// past valid_rows and columns at or past valid_cols are zero-filled, never read. valid_cols is the head
-// dim of the call, a multiple of 8 (whole 16-byte chunks) and <= kCols: a head dim d runs on the kernel
-// compiled for the next larger kCols, and the zero columns add nothing to Q K^T, P V, dS Q, ...
+// Copy rows [0, kRows) of a (rows x kCols) tile into shared memory (SmemTile layout). Row r comes from
+// row_src(r), a pointer to its first element, or nullptr for a row that must not be read (past a sequence
+// end, an unmapped page): such rows, and columns at or past valid_cols, are zero-filled, never read.
+// valid_cols is the head dim of the call, a multiple of 8 (whole 16-byte chunks) and <= kCols: a head dim d
+// runs on the kernel compiled for the next larger kCols, and the zero columns add nothing to Q K^T, P V,
+// dS Q, ... `mapped` is any mapped global address: the instruction needs one even when it copies 0 bytes.
 // All kThreads threads of the block take part.
-template <int kRows, int kCols, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t row_stride, int valid_rows,
-                                                int valid_cols, int tid) {
+template <int kRows, int kCols, int kThreads, typename T, typename RowSrc>
+__device__ __forceinline__ void load_rows_async(T* smem, const RowSrc& row_src, const T* mapped, int valid_cols,
+                                                int tid) {
   constexpr int kChunksPerRow = kCols / 8;
   if constexpr (SmemTile<kCols>::kSwizzled) {
     // Thread tid always copies the same chunk column of rows tid / kChunksPerRow + i * kRowStep;
@@ -78,13 +82,12 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
     const int row = tid / kChunksPerRow;
     const int col = (tid % kChunksPerRow) * 8;
     T* dst = smem + SmemTile<kCols>::offset(row, col);
-    const T* src = gmem + row * row_stride + col;
     const bool col_valid = col < valid_cols;
 #pragma unroll
     for (int i = 0; i < kRows / kRowStep; ++i) {
-      const bool valid = col_valid && row + i * kRowStep < valid_rows;
-      // An invalid row still needs a mapped address for the instruction; the tile base is one.
-      cp_async_16(dst + i * kRowStep * kCols, valid ? src + i * kRowStep * row_stride : gmem, valid);
+      const T* src = row_src(row + i * kRowStep);
+      const bool valid = col_valid && src != nullptr;
+      cp_async_16(dst + i * kRowStep * kCols, valid ? src + col : mapped, valid);
     }
   } else {
     // Padded rows: chunk counts such as 12 per row need not divide the thread count.
@@ -95,10 +98,20 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
       if (kChunks % kThreads != 0 && c >= kChunks) break;
       const int row = c / kChunksPerRow;
       const int col = (c % kChunksPerRow) * 8;
-      const bool valid = row < valid_rows && col < valid_cols;
-      cp_async_16(smem + SmemTile<kCols>::offset(row, col), valid ? gmem + row * row_stride + col : gmem, valid);
+      const T* src = row_src(row);
+      const bool valid = col < valid_cols && src != nullptr;
+      cp_async_16(smem + SmemTile<kCols>::offset(row, col), valid ? src + col : mapped, valid);
     }
   }
+}
+
+// The dense case: rows row_stride elements apart from gmem; rows at or past valid_rows are zero-filled.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t row_stride, int valid_rows,
+                                                int valid_cols, int tid) {
+  load_rows_async<kRows, kCols, kThreads>(
+      smem, [&](int r) -> const T* { return r < valid_rows ? gmem + r * row_stride : nullptr; }, gmem, valid_cols,
+      tid);
 }
 
 // ---- ldmatrix ----------------------------------------------------------------------------------
@@ -255,6 +268,42 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// One online-softmax step for a 16-row strip of S accumulator tiles (r = 0: row g, r = 1: row g + 8 of
+// each tile): S becomes exp2(S * scale_log2 - new max); the running sum and O are rescaled by
+// exp2(old max - new max) first. row_sum holds this thread's partial sums; the quad reduction happens once,
+// after the last key block.
+template <int kNTiles, int kDTiles>
+__device__ __forceinline__ void online_softmax_step(float (&s)[kNTiles][4], float (&row_max)[2], float (&row_sum)[2],
+                                                    float (&o_acc)[kDTiles][4], float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = row_max[r];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    mx = quad_max(mx);
+    // A row that has seen only masked keys keeps max -inf; use 0 so exp2 gives 0, not NaN.
+    const float mx_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+    const float alpha = fast_exp2(row_max[r] * scale_log2 - mx_scaled);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float e = fast_exp2(fmaf(s[nt][2 * r + c], scale_log2, -mx_scaled));
+        s[nt][2 * r + c] = e;
+        sum += e;
+      }
+    }
+    row_sum[r] = row_sum[r] * alpha + sum;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      o_acc[dt][2 * r] *= alpha;
+      o_acc[dt][2 * r + 1] *= alpha;
+    }
+  }
 }
 
 }  // namespace flash_kernels

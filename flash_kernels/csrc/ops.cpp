@@ -1,6 +1,6 @@
 // Host side of the CUDA path: validates inputs at the boundary, fills AttnParams, picks the compiled
 // launcher from the generated dispatch table, and registers the ops with torch's dispatcher:
-//   torch.ops.flash_kernels_cuda.fwd / .bwd / .varlen_fwd / .varlen_bwd / .compiled_head_dims
+//   torch.ops.flash_kernels_cuda.fwd / .bwd / .varlen_fwd / .varlen_bwd / .kvcache_fwd / .compiled_head_dims
 // No pybind11: the ops are reached through the dispatcher, so the module needs only the stable ABI
 // (module_init.cpp), and one cp39-abi3 wheel serves every Python of a torch/CUDA combination.
 #include <ATen/ATen.h>
@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <sstream>
 #include <tuple>
@@ -30,6 +31,10 @@ std::string compiled_dims_text() {
 
 std::vector<int64_t> compiled_head_dims() {
   return std::vector<int64_t>(std::begin(kCompiledHeadDims), std::end(kCompiledHeadDims));
+}
+
+std::vector<int64_t> kvcache_head_dims() {
+  return std::vector<int64_t>(std::begin(kKvcacheHeadDims), std::end(kKvcacheHeadDims));
 }
 
 void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
@@ -234,11 +239,190 @@ void set_dense_lse_layout(AttnParams& p) {
   p.lse_head_stride = p.seqlen_q;
 }
 
+// ---- paged KV -------------------------------------------------------------------------------------
+void check_int32_vector(const at::Tensor& t, const char* name, int64_t n, const at::Tensor& q) {
+  TORCH_CHECK(t.is_cuda() && t.device() == q.device(), "flash_kernels_cuda: ", name, " must be on ", q.device(),
+              ", got ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == 1 && t.size(0) == n && t.is_contiguous(),
+              "flash_kernels_cuda: ", name, " must be a contiguous int32 tensor of shape (", n, "), got ",
+              t.scalar_type(), " ", t.sizes());
+}
+
+// k and v are (num_pages, page_size, heads_kv, head_dim) caches and block_table (batch, max_blocks) int32.
+// Page ids are device data and are not read back (a host sync): ids outside [0, num_pages) are never
+// dereferenced by the kernels and read as zeros (AttnParams).
+void apply_paged(AttnParams& p, const at::Tensor& k, const at::Tensor& v, const at::Tensor& block_table,
+                 int64_t batch, const at::Tensor& q) {
+  const int64_t num_pages = k.size(0), page_size = k.size(1);
+  TORCH_CHECK(page_size > 0 && page_size % 16 == 0, "flash_kernels_cuda: paged KV needs a page size (k_cache.size(1)) "
+              "that is a multiple of 16, got ", page_size);
+  check_shape(v, "v_cache", k.sizes());
+  TORCH_CHECK(block_table.is_cuda() && block_table.device() == q.device(), "flash_kernels_cuda: block_table must be "
+              "on ", q.device(), ", got ", block_table.device());
+  TORCH_CHECK(block_table.scalar_type() == at::kInt && block_table.dim() == 2 && block_table.size(0) == batch &&
+                  (block_table.size(1) <= 1 || block_table.stride(1) == 1),
+              "flash_kernels_cuda: block_table must be an int32 (batch=", batch, ", max_blocks) tensor with a "
+              "contiguous last dim, got ", block_table.scalar_type(), " ", block_table.sizes());
+  const int64_t capacity = block_table.size(1) * page_size;
+  TORCH_CHECK(capacity < (1 << 30) && num_pages < (1LL << 31), "flash_kernels_cuda: max_blocks * page_size (",
+              capacity, ") must be < 2^30");
+  p.block_table = block_table.data_ptr<int>();
+  p.block_table_stride = block_table.stride(0);
+  p.k_page_stride = k.stride(0);
+  p.v_page_stride = v.stride(0);
+  p.page_size = static_cast<int>(page_size);
+  p.page_shift = (page_size & (page_size - 1)) == 0 ? __builtin_ctzll(static_cast<uint64_t>(page_size)) : -1;
+  p.num_pages = static_cast<int>(num_pages);
+  p.cache_capacity = static_cast<int>(capacity);
+}
+
+// Number of SMs of q's device, queried once per device.
+int device_sm_count(const at::Tensor& q) {
+  static const std::vector<int> counts = [] {
+    int count = 0;
+    C10_CUDA_CHECK(cudaGetDeviceCount(&count));
+    std::vector<int> sms(count);
+    for (int d = 0; d < count; ++d) C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms[d], cudaDevAttrMultiProcessorCount, d));
+    return sms;
+  }();
+  return counts.at(q.device().index());
+}
+
+// KV-cache attention: q (batch, seqlen_q, heads_q, d) against a dense (cache_batch, capacity, heads_kv, d) or
+// paged (num_pages, page_size, heads_kv, d) cache. See AttnParams for how cache_seqlens / cache_leftpad /
+// cache_batch_idx / block_table select the keys; none of them is read on the host.
+std::tuple<at::Tensor, at::Tensor> kvcache_fwd(const at::Tensor& q, const at::Tensor& k_cache,
+                                               const at::Tensor& v_cache, const at::Tensor& cache_seqlens,
+                                               const std::optional<at::Tensor>& block_table,
+                                               const std::optional<at::Tensor>& cache_batch_idx,
+                                               const std::optional<at::Tensor>& cache_leftpad, double softmax_scale,
+                                               int64_t window_left, int64_t window_right, double softcap,
+                                               int64_t num_splits) {
+  check_tensor(q, "q", q);
+  check_tensor(k_cache, "k_cache", q);
+  check_tensor(v_cache, "v_cache", q);
+  check_device_arch(q);
+  TORCH_CHECK(softmax_scale > 0.0 && std::isfinite(softmax_scale), "flash_kernels_cuda: softmax_scale must be a "
+              "positive finite number, got ", softmax_scale);
+  TORCH_CHECK(softcap >= 0.0 && std::isfinite(softcap), "flash_kernels_cuda: softcap must be >= 0 (0 disables "
+              "it), got ", softcap);
+  TORCH_CHECK(window_left >= -1 && window_right >= -1, "flash_kernels_cuda: window sizes must be >= 0, or -1 for "
+              "unbounded; got (", window_left, ", ", window_right, ")");
+  TORCH_CHECK(num_splits >= 0, "flash_kernels_cuda: num_splits must be >= 0 (0 = automatic), got ", num_splits);
+  const int64_t b = q.size(0), sq = q.size(1), hq = q.size(2), d = q.size(3), hk = k_cache.size(2);
+  TORCH_CHECK(k_cache.size(3) == d, "flash_kernels_cuda: k_cache head dim ", k_cache.size(3), " differs from q's ", d);
+  TORCH_CHECK(hk > 0 && hq % hk == 0, "flash_kernels_cuda: q heads (", hq, ") must be a multiple of k/v heads (", hk,
+              ")");
+  TORCH_CHECK(b < 65536 && hk < 65536, "flash_kernels_cuda: batch and kv heads must be < 65536");
+  check_int32_vector(cache_seqlens, "cache_seqlens", b, q);
+  if (cache_leftpad) check_int32_vector(*cache_leftpad, "cache_leftpad", b, q);
+
+  AttnParams p{};
+  const bool paged = block_table.has_value();
+  if (paged) {
+    TORCH_CHECK(!cache_batch_idx, "flash_kernels_cuda: cache_batch_idx cannot be combined with block_table (as in "
+                "flash_attn): the block table already maps each sequence to its pages");
+    apply_paged(p, k_cache, v_cache, *block_table, b, q);
+  } else {
+    const int64_t cache_batch = k_cache.size(0), capacity = k_cache.size(1);
+    check_shape(v_cache, "v_cache", k_cache.sizes());
+    TORCH_CHECK(capacity < (1 << 30), "flash_kernels_cuda: the cache length must be < 2^30, got ", capacity);
+    if (cache_batch_idx) {
+      check_int32_vector(*cache_batch_idx, "cache_batch_idx", b, q);
+      p.cache_batch_idx = cache_batch_idx->data_ptr<int>();
+    } else {
+      TORCH_CHECK(cache_batch >= b, "flash_kernels_cuda: k_cache has ", cache_batch, " sequences but q has ", b,
+                  "; pass cache_batch_idx to pick cache rows");
+    }
+    p.cache_batch = static_cast<int>(cache_batch);
+    p.cache_capacity = static_cast<int>(capacity);
+    p.k_batch_stride = k_cache.stride(0), p.v_batch_stride = v_cache.stride(0);
+  }
+  TORCH_CHECK(sq + p.cache_capacity < (1 << 30), "flash_kernels_cuda: seqlen_q + cache length must be < 2^30");
+
+  const DType dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, "flash_kernels_cuda: dtype ",
+              q.scalar_type(), " is not supported (float16 or bfloat16)");
+  TORCH_CHECK(d > 0 && d % 8 == 0, "flash_kernels_cuda: head dim ", d, " must be a positive multiple of 8");
+  const bool tall = sq * (hq / hk) > 16;
+  const KvcacheEntry* entry = nullptr;
+  for (const KvcacheEntry& e : kKvcacheKernels) {
+    if (e.dtype == dtype && e.tall == tall && e.head_dim >= d && (!entry || e.head_dim < entry->head_dim)) entry = &e;
+  }
+  TORCH_CHECK(entry != nullptr, "flash_kernels_cuda: head dim ", d, " is larger than every head dim compiled for "
+              "the KV-cache kernel (", kKvcacheHeadDims[std::size(kKvcacheHeadDims) - 1], ")");
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({b, hq, sq}, q.options().dtype(at::kFloat));
+  if (out.numel() == 0) return {out, lse};
+  if (p.cache_capacity == 0 || k_cache.numel() == 0) {  // no key anywhere: every row sees none
+    lse.fill_(INFINITY);
+    return {out.zero_(), lse};
+  }
+  p.batch = static_cast<int>(b);
+  p.seqlen_q = static_cast<int>(sq);
+  p.heads_q = static_cast<int>(hq);
+  p.heads_kv = static_cast<int>(hk);
+  p.head_dim = static_cast<int>(d);
+  p.head_group = static_cast<int>(hq / hk);
+  p.seqlen_k = p.cache_capacity;
+  p.q = q.data_ptr();
+  p.k = k_cache.data_ptr();
+  p.v = v_cache.data_ptr();
+  p.out = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+  p.k_row_stride = k_cache.stride(1), p.k_head_stride = k_cache.stride(2);
+  p.v_row_stride = v_cache.stride(1), p.v_head_stride = v_cache.stride(2);
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  set_dense_lse_layout(p);
+  p.cache_seqlens = cache_seqlens.data_ptr<int>();
+  p.cache_leftpad = cache_leftpad ? cache_leftpad->data_ptr<int>() : nullptr;
+  if (softcap > 0.0) {
+    // The scale goes inside the tanh; the softmax then runs on the capped scores as they are.
+    p.softcap = static_cast<float>(softcap);
+    p.softcap_scale = static_cast<float>(softmax_scale / softcap);
+    p.softmax_scale = 1.f;
+    p.scale_log2 = static_cast<float>(M_LOG2E);
+  } else {
+    p.softmax_scale = static_cast<float>(softmax_scale);
+    p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+  }
+  // rel = position - query - (seqlen - seqlen_q) lies in [-capacity, seqlen_q - 1]: these never cut.
+  p.window_left =
+      window_left < 0 ? p.cache_capacity : static_cast<int>(std::min<int64_t>(window_left, p.cache_capacity));
+  p.window_right = window_right < 0 ? p.seqlen_q : static_cast<int>(std::min<int64_t>(window_right, p.seqlen_q));
+
+  p.num_splits = entry->plan(p, device_sm_count(q), static_cast<int>(std::min<int64_t>(num_splits, 1 << 20)));
+  at::Tensor partials;  // one allocation: O (splits, b, hq, sq, d), then lse (splits, b, hq, sq); float32
+  if (p.num_splits > 1) {
+    const int64_t rows = p.num_splits * b * hq * sq;
+    partials = at::empty({rows * (d + 1)}, q.options().dtype(at::kFloat));
+    p.partial_o = partials.data_ptr<float>();
+    p.partial_lse = p.partial_o + rows * d;
+  }
+  entry->run(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  return {out, lse};
+}
+
 // q, k, v are 4-D here (varlen ones viewed as batch 1). Returns out like q and lse in flash_attn's layout.
+// block_table (varlen only): k and v are paged caches, see apply_paged.
 std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             double softmax_scale, bool causal, int64_t window_left,
-                                            int64_t window_right, double softcap, const Varlen* varlen) {
-  check_qkv(q, k, v, softmax_scale, softcap);
+                                            int64_t window_right, double softcap, const Varlen* varlen,
+                                            const at::Tensor* block_table = nullptr) {
+  if (block_table) {
+    // The paged cache is not (batch, seqlen, ...): check it by its own shape; q's checks are check_qkv's.
+    check_qkv(q, q, q, softmax_scale, softcap);
+    check_tensor(k, "k", q);
+    check_tensor(v, "v", q);
+    TORCH_CHECK(k.size(3) == q.size(3), "flash_kernels_cuda: k head dim ", k.size(3), " differs from q's ", q.size(3));
+    TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_kernels_cuda: q heads (", q.size(2),
+                ") must be a multiple of k/v heads (", k.size(2), ")");
+  } else {
+    check_qkv(q, k, v, softmax_scale, softcap);
+  }
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = varlen ? at::empty({q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
@@ -250,10 +434,16 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tenso
   } else {
     set_dense_lse_layout(p);
   }
+  if (block_table) {
+    apply_paged(p, k, v, *block_table, p.batch, q);
+    // make_params bounded the left window by k.size(1), here the page size; bound it by the capacity.
+    p.window_left = window_left < 0 ? p.cache_capacity
+                                    : static_cast<int>(std::min<int64_t>(window_left, p.cache_capacity));
+  }
   const KernelEntry& kernel = find_kernel(q, banded);
   // No query, or no key at all (every row sees none): O = 0, lse = +inf, no launch (the Hopper kernel's
   // tensor maps cannot describe an empty tensor).
-  if (out.numel() == 0 || p.seqlen_q == 0 || k.size(1) == 0) {
+  if (out.numel() == 0 || p.seqlen_q == 0 || k.size(1) == 0 || (block_table && p.cache_capacity == 0)) {
     lse.fill_(INFINITY);
     return {out.zero_(), lse};
   }
@@ -261,7 +451,9 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q, const at::Tenso
   p.lse = lse.data_ptr<float>();
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
   if (varlen) clear_batch_strides(p);
-  pick_launcher(q, kernel, false)(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  // The Hopper forward reads K/V through tensor maps of one contiguous tensor: paged KV runs the general kernel.
+  const LaunchFn launch = block_table ? kernel.fwd : pick_launcher(q, kernel, false);
+  launch(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   return {out, lse};
 }
 
@@ -341,8 +533,16 @@ std::tuple<at::Tensor, at::Tensor> varlen_fwd(const at::Tensor& q, const at::Ten
                                               const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
                                               int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
                                               bool causal, int64_t window_left, int64_t window_right,
-                                              double softcap) {
+                                              double softcap, const std::optional<at::Tensor>& block_table) {
   const Varlen vl{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k};
+  if (block_table) {
+    // k, v: (num_pages, page_size, heads_kv, head_dim); cu_seqlens_k gives each sequence's length.
+    TORCH_CHECK(k.dim() == 4 && v.dim() == 4, "flash_kernels_cuda: with block_table, k and v must be paged caches "
+                "(num_pages, page_size, heads_kv, head_dim), got ", k.dim(), "-D and ", v.dim(), "-D");
+    auto [out, lse] = fwd_impl(as_batch_of_one(q, "q"), k, v, softmax_scale, causal, window_left, window_right,
+                               softcap, &vl, &*block_table);
+    return {out.squeeze(0), lse};
+  }
   auto [out, lse] = fwd_impl(as_batch_of_one(q, "q"), as_batch_of_one(k, "k"), as_batch_of_one(v, "v"),
                              softmax_scale, causal, window_left, window_right, softcap, &vl);
   return {out.squeeze(0), lse};
@@ -374,8 +574,12 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
       "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)");
   m.def(
       "varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
-      "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap) "
-      "-> (Tensor, Tensor)");
+      "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+      "Tensor? block_table=None) -> (Tensor, Tensor)");
+  m.def(
+      "kvcache_fwd(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor? block_table, "
+      "Tensor? cache_batch_idx, Tensor? cache_leftpad, float softmax_scale, int window_left, int window_right, "
+      "float softcap, int num_splits) -> (Tensor, Tensor)");
   m.def(
       "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
       "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
@@ -384,6 +588,7 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
   m.def("compiled_head_dims() -> int[]", &flash_kernels::compiled_head_dims);
   // Whether the module carries the Hopper (sm_90a: wgmma, TMA) kernels.
   m.def("sm90_compiled() -> bool", &flash_kernels::sm90_compiled);
+  m.def("kvcache_head_dims() -> int[]", &flash_kernels::kvcache_head_dims);
 }
 
 TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {
@@ -391,4 +596,5 @@ TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {
   m.impl("bwd", &flash_kernels::bwd);
   m.impl("varlen_fwd", &flash_kernels::varlen_fwd);
   m.impl("varlen_bwd", &flash_kernels::varlen_bwd);
+  m.impl("kvcache_fwd", &flash_kernels::kvcache_fwd);
 }

@@ -8,6 +8,12 @@ Shapes are small (the sanitizer slows kernels 10-100x) and cover: head dims 32/6
 compiled ones (40, 200: columns past d predicated off), both dtypes,
 sequence ends inside a tile, causal with rows that see no key, a sliding window, GQA; varlen when built.
 On a cc 9.0 GPU with the Hopper kernels compiled, every case runs with them and with the general ones.
+
+KV cache (kvcache_fwd, when built): decode and tall tiles at head dims 64/128/256 (and 80, predicated),
+dense and paged (pages of 16, 48, 64, 256 rows), forced and automatic splits (the combine kernel),
+leftpad, causal and window, softcap, a cache_batch_idx and block-table ids out of range (the kernels must
+not read them: memcheck), lengths past the capacity (clamped); and the paged varlen forward. These do not
+depend on FLASH_KERNELS_CUDA_SM90 and run once.
 """
 
 from __future__ import annotations
@@ -35,12 +41,79 @@ CASES = [
 ]
 
 
+KVCACHE_CASES = [
+    # (dtype, batch, seqlen_q, heads_q, heads_kv, head_dim, page_size (0 dense), rows per sequence, leftpad,
+    #  window_left, window_right, softcap, num_splits)
+    (torch.bfloat16, 2, 1, 8, 2, 128, 0, 300, False, -1, -1, 0.0, 3),
+    (torch.float16, 2, 6, 8, 2, 128, 0, 200, True, -1, 0, 0.0, 0),
+    (torch.bfloat16, 3, 1, 16, 2, 64, 16, 150, False, -1, -1, 0.0, 2),
+    (torch.float16, 2, 3, 8, 1, 256, 48, 130, True, 40, 0, 0.0, 2),
+    (torch.bfloat16, 2, 1, 4, 4, 80, 64, 200, False, -1, -1, 25.0, 0),
+    (torch.float16, 2, 20, 4, 4, 64, 256, 300, False, -1, 0, 0.0, 1),
+]
+
+
+def run_kvcache_cases(ops) -> int:
+    if not hasattr(ops, "kvcache_fwd"):
+        return 0
+    for dtype, b, sq, hq, hk, d, page, rows, leftpad, wl, wr, softcap, splits in KVCACHE_CASES:
+        g = torch.Generator(device="cuda").manual_seed(1)
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g)
+        # Lengths: one past the capacity (clamped), one inside a tile, one of 0 keys when b > 2.
+        seqlens = torch.tensor([rows + 50, rows // 2 + 3, 0][:b], dtype=torch.int32, device="cuda")
+        leftpad_t = torch.tensor([7, 1, 0][:b], dtype=torch.int32, device="cuda") if leftpad else None
+        table = batch_idx = None
+        if page:
+            blocks = (rows + page - 1) // page
+            num_pages = b * blocks
+            k_cache = torch.randn(num_pages, page, hk, d, device="cuda", dtype=dtype, generator=g)
+            table = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32).view(b, blocks)
+            table[-1, -1] = num_pages + 1000  # out of range inside a sequence: read as zeros, never dereferenced
+        else:
+            k_cache = torch.randn(b + 1, rows, hk, d, device="cuda", dtype=dtype, generator=g)
+            batch_idx = torch.tensor([b, 0, 99][:b], dtype=torch.int32, device="cuda")  # last id out of range
+            batch_idx[-1] = 99
+        v_cache = torch.randn_like(k_cache)
+        out, lse = ops.kvcache_fwd(q, k_cache, v_cache, seqlens, table, batch_idx, leftpad_t, 1.0 / math.sqrt(d),
+                                   wl, wr, softcap, splits)
+        torch.cuda.synchronize()
+        finite = bool(torch.isfinite(out).all())
+        print(f"ran kvcache {dtype} b={b} sq={sq} hq={hq} hk={hk} d={d} page={page} rows={rows} leftpad={leftpad} "
+              f"window=({wl},{wr}) softcap={softcap} splits={splits} finite={finite}", flush=True)
+        if not finite:
+            return 1
+    # Paged varlen forward: one empty sequence, table slots past each sequence out of range.
+    for dtype, d, causal, page in ((torch.bfloat16, 128, True, 16), (torch.float16, 256, False, 64)):
+        sqs, sks, hq, hk = (37, 0, 100), (50, 12, 70), 4, 2
+        blocks = max((n + page - 1) // page for n in sks)
+        num_pages = len(sks) * blocks
+        k_cache = torch.randn(num_pages, page, hk, d, device="cuda", dtype=dtype)
+        v_cache = torch.randn_like(k_cache)
+        table = torch.randperm(num_pages, device="cuda").to(torch.int32).view(len(sks), blocks)
+        table[1, :] = -5
+        cu_q = torch.tensor([0, 37, 37, 137], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, 50, 62, 132], dtype=torch.int32, device="cuda")
+        q = torch.randn(sum(sqs), hq, d, device="cuda", dtype=dtype)
+        out, lse = ops.varlen_fwd(q, k_cache, v_cache, cu_q, cu_k, max(sqs), max(sks), 1.0 / math.sqrt(d), causal,
+                                  -1, -1, 0.0, table)
+        torch.cuda.synchronize()
+        finite = bool(torch.isfinite(out).all())
+        print(f"ran varlen paged {dtype} d={d} causal={causal} page={page} finite={finite}", flush=True)
+        if not finite:
+            return 1
+    return 0
+
+
 def main() -> int:
     from flash_kernels import _cuda
 
     if not _cuda.is_built():
         print(f"CUDA extension not built: {_cuda.import_error()}", file=sys.stderr)
         return 2
+    if run_kvcache_cases(torch.ops.flash_kernels_cuda):
+        return 1
+    if os.environ.get("FLASH_KERNELS_SANITIZE_KVCACHE_ONLY") == "1":
+        return 0
     for sm90 in _cuda.kernel_sets():
         os.environ["FLASH_KERNELS_CUDA_SM90"] = sm90
         print(f"FLASH_KERNELS_CUDA_SM90={sm90}", flush=True)

@@ -36,7 +36,11 @@ def test_schemas():
     assert str(torch.ops.flash_kernels_cuda.varlen_fwd.default._schema) == (
         "flash_kernels_cuda::varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_left, "
-        "int window_right, float softcap) -> (Tensor, Tensor)")
+        "int window_right, float softcap, Tensor? block_table=None) -> (Tensor, Tensor)")
+    assert str(torch.ops.flash_kernels_cuda.kvcache_fwd.default._schema) == (
+        "flash_kernels_cuda::kvcache_fwd(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+        "Tensor? block_table, Tensor? cache_batch_idx, Tensor? cache_leftpad, float softmax_scale, "
+        "int window_left, int window_right, float softcap, int num_splits) -> (Tensor, Tensor)")
     assert "Tensor cu_seqlens_k" in str(torch.ops.flash_kernels_cuda.varlen_bwd.default._schema)
 
 
@@ -71,6 +75,47 @@ def test_fake_kernels_give_shapes_for_varlen():
         dq, dk, dv = torch.ops.flash_kernels_cuda.varlen_bwd(out, q, k, k, out, lse, cu, cu, 120, 100, 0.1, True,
                                                              -1, -1, 0.0, False)
         assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+
+
+def test_kvcache_head_dims_match_generator():
+    from tools import generate_instantiations as gen
+
+    assert _cuda.kvcache_head_dims() == tuple(gen.KVCACHE_HEAD_DIMS)
+
+
+def test_fake_kernels_give_shapes_for_kvcache_and_paged_varlen():
+    with FakeTensorMode():
+        q = torch.empty(3, 2, 8, 128, dtype=torch.bfloat16, device="cuda")
+        pages = torch.empty(40, 16, 2, 128, dtype=torch.bfloat16, device="cuda")
+        table = torch.empty(3, 10, dtype=torch.int32, device="cuda")
+        seqlens = torch.empty(3, dtype=torch.int32, device="cuda")
+        out, lse = torch.ops.flash_kernels_cuda.kvcache_fwd(q, pages, pages, seqlens, table, None, None, 0.1, -1, 0,
+                                                            0.0, 0)
+        assert out.shape == q.shape and lse.shape == (3, 8, 2) and lse.dtype == torch.float32
+        qv = torch.empty(300, 8, 128, dtype=torch.bfloat16, device="cuda")
+        cu = torch.empty(4, dtype=torch.int32, device="cuda")
+        out, lse = torch.ops.flash_kernels_cuda.varlen_fwd(qv, pages, pages, cu, cu, 120, 160, 0.1, True, -1, -1, 0.0,
+                                                           table)
+        assert out.shape == qv.shape and lse.shape == (8, 300)
+
+
+def _kv_reason(**change):
+    q = torch.zeros(2, 1, 8, 64, dtype=torch.float16)
+    cache = torch.zeros(2, 100, 2, 64, dtype=torch.float16)
+    kwargs = dict(block_table=None, cache_batch_idx=None, cache_leftpad=None, softcap=0.0, alibi_slopes=None,
+                  window_left=-1, window_right=-1)
+    args = {"q": q, "k_cache": cache, "v_cache": cache}
+    for name in list(change):
+        if name in args:
+            args[name] = change.pop(name)
+    kwargs.update(change)
+    return _cuda.kvcache_unsupported_reason(args["q"], args["k_cache"], args["v_cache"], **kwargs)
+
+
+def test_kvcache_reasons_name_the_problem():
+    assert "ALiBi" in _kv_reason(alibi_slopes=torch.zeros(8))
+    assert "not a CUDA GPU" in _kv_reason()  # CPU tensors: the remaining checks need a GPU
+    assert "softcap" in _kv_reason(softcap=-1.0)
 
 
 def test_kernel_head_dim_is_the_next_compiled_one():

@@ -1,0 +1,201 @@
+// KV-cache attention launch: tile shapes per head dim (with the reasons), the split-KV plan, and the
+// launches of attn_kvcache_kernel and kvcache_combine_kernel. Included only by the generated instantiation
+// files (csrc/instantiations/kvcache_*.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+
+#include "kvcache_kernel.cuh"
+#include "launch_check.h"
+
+namespace flash_kernels {
+
+// Two shapes per head dim, picked on the host by the packed row count seqlen_q * (heads_q / heads_kv):
+// - decode (<= 16 rows: one token of a GQA group of up to 16 q heads, or a few tokens of smaller groups):
+//   one 16-row strip, the 4 warps split each key block four ways (kWarpsN = 4), so a 16-row tile still
+//   has 4 warps issuing loads and math. 3 stages keep 2 key blocks in flight per block.
+// - tall (> 16 rows: chunked prefill, speculative decoding): 4 warps x 16 rows = 64 rows sharing each key
+//   block, as the forward kernel's one-strip shape.
+// Key blocks are 32 KB of K+V per stage at head dims 64 and 128, so a decode block holds 64 KB in flight:
+// on the H200 (228 KB of shared memory per SM) two decode blocks fit per SM at head dim 64/128
+// (98 KB / 100 KB each), 128 KB in flight per SM, comfortably above the ~35 KB that the SM's share of HBM
+// bandwidth times DRAM latency (~4.4 TB/s / 132 SMs x ~1 us) needs. Head dim 256 doubles the bytes per key:
+// 64 keys x 2 stages (144 KB) is the deepest ring that still fits sm_80's 163 KB, one block per SM.
+template <typename T, int kHeadDim>
+struct KvcacheConfig;
+
+template <typename T>
+struct KvcacheConfig<T, 64> {
+  using Decode = KvcacheTraits<T, 64, 1, 4, 128, 3>;  // 32 keys per warp per block
+  using Tall = KvcacheTraits<T, 64, 4, 1, 64, 3>;     // Q 8 KB + 3 x 16 KB
+};
+template <typename T>
+struct KvcacheConfig<T, 128> {
+  using Decode = KvcacheTraits<T, 128, 1, 4, 64, 3>;  // 16 keys per warp per block
+  using Tall = KvcacheTraits<T, 128, 4, 1, 64, 2>;    // Q 16 KB + 2 x 32 KB = 80 KB: two blocks per SM on sm_80 too
+};
+template <typename T>
+struct KvcacheConfig<T, 256> {
+  using Decode = KvcacheTraits<T, 256, 1, 4, 64, 2>;
+  using Tall = KvcacheTraits<T, 256, 4, 1, 32, 2>;    // O is 128 fp32 registers per thread: keep S small
+};
+
+// The split count, from a model of the kernel's time (microseconds) on this GPU. Every block streams its
+// key blocks at the smaller of its share of HBM bandwidth and kBlockBytesPerUs, the most one block streams
+// on its own; blocks beyond one wave run in further waves; each block pays a fixed start (the ring's first
+// fill) and a split run pays the combine launch. The plan uses the cache capacity (lengths are device data
+// and are not read back); each block divides its sequence's real length evenly between the splits.
+// Constants, H200 (132 SMs): 4.4 TB/s of reads; kBlockBytesPerUs from the first measurement (head dim 128,
+// benchmarks/results/decode_h200_20261201/README.md): a grid of 64 decode blocks streamed 21 GB/s per block
+// and 128 blocks only 12, while 256 blocks (two per SM) reached the copy bandwidth, 16.6 GB/s each. So a
+// block is bound by its own issue and latency long before the SM's share of HBM, and the plan fills every
+// block slot before it lets fewer blocks run longer. On other GPUs the per-SM share scales with them.
+struct SplitModel {
+  static constexpr double kReadBytesPerUsPerSm = 4.4e6 / 132;
+  static constexpr double kBlockBytesPerUs = 20e3;
+  static constexpr double kBlockStartUs = 1.5;
+  static constexpr double kCombineUs = 2.5;
+  static constexpr int kMaxSplits = 128;
+};
+
+inline int plan_splits(int64_t units, int key_blocks, int tile_bytes, int blocks_per_sm, int num_sms,
+                       int requested) {
+  const int max_splits = std::max(1, std::min(SplitModel::kMaxSplits, key_blocks));
+  if (requested > 0) return std::min(requested, max_splits);
+  const double slots = static_cast<double>(std::max(1, blocks_per_sm)) * num_sms;
+  const double bandwidth = SplitModel::kReadBytesPerUsPerSm * num_sms;
+  int best = 1;
+  double best_us = 0;
+  for (int s = 1; s <= max_splits; ++s) {
+    const double blocks = static_cast<double>(units) * s;
+    const double waves = std::ceil(blocks / slots);
+    const double rate = std::min(bandwidth / std::min(blocks, slots), SplitModel::kBlockBytesPerUs);
+    const double tiles = std::ceil(static_cast<double>(key_blocks) / s);
+    const double us = waves * (tiles * tile_bytes / rate + SplitModel::kBlockStartUs) +
+                      (s > 1 ? SplitModel::kCombineUs : 0.0);
+    // Ties go to fewer splits (less partial traffic, no combine): a new count must win by 1%.
+    if (s == 1 || us < 0.99 * best_us) best = s, best_us = us;
+  }
+  return best;
+}
+
+// Per-device state of one kernel: cudaFuncSetAttribute applies per device, and the occupancy query is a
+// driver call; both are made once per device so the per-call path is an array read.
+struct KernelDeviceState {
+  static constexpr int kMaxDevices = 64;
+  std::atomic<int> blocks_per_sm[kMaxDevices] = {};  // 0: not prepared yet
+
+  template <typename Kernel>
+  int prepare(Kernel kernel, int threads, int smem) {
+    int device = 0;
+    FK_CUDA_CHECK(cudaGetDevice(&device));
+    if (device >= kMaxDevices) throw std::runtime_error("flash_kernels: more than 64 CUDA devices");
+    int n = blocks_per_sm[device].load(std::memory_order_relaxed);
+    if (n == 0) {
+      if (smem > 48 * 1024) {
+        FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      }
+      FK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+      if (n < 1) throw std::runtime_error("flash_kernels: the KV-cache kernel does not fit on this GPU");
+      blocks_per_sm[device].store(n, std::memory_order_relaxed);
+    }
+    return n;
+  }
+};
+
+template <typename T>
+void run_kvcache_combine(const AttnParams& p, cudaStream_t stream);
+
+template <typename Traits>
+int kvcache_m_blocks(const AttnParams& p) {
+  return (p.seqlen_q * p.head_group + Traits::kBlockM - 1) / Traits::kBlockM;
+}
+
+template <typename Traits>
+KernelDeviceState& kvcache_state() {
+  static KernelDeviceState state;
+  return state;
+}
+
+// The split count run_kvcache will be given (requested > 0: honoured up to one key block per split).
+template <typename T, int kHeadDim, bool kTall>
+int plan_kvcache(const AttnParams& p, int num_sms, int requested) {
+  using Config = KvcacheConfig<T, kHeadDim>;
+  using Traits = std::conditional_t<kTall, typename Config::Tall, typename Config::Decode>;
+  const int per_sm =
+      kvcache_state<Traits>().prepare(attn_kvcache_kernel<Traits>, Traits::kNThreads, Traits::kSmemBytes);
+  const int64_t units = static_cast<int64_t>(p.batch) * p.heads_kv * kvcache_m_blocks<Traits>(p);
+  const int key_blocks = (p.cache_capacity + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int tile_bytes = 2 * Traits::kBlockN * kHeadDim * static_cast<int>(sizeof(T));
+  // Planned once per shape: a decode loop repeats one shape, so the last answer is kept per thread.
+  struct Plan {
+    int64_t units;
+    int key_blocks, per_sm, num_sms, requested, splits;
+  };
+  thread_local Plan last{-1, 0, 0, 0, 0, 0};
+  if (last.units != units || last.key_blocks != key_blocks || last.per_sm != per_sm || last.num_sms != num_sms ||
+      last.requested != requested) {
+    last = {units, key_blocks, per_sm, num_sms, requested,
+            plan_splits(units, key_blocks, tile_bytes, per_sm, num_sms, requested)};
+  }
+  return last.splits;
+}
+
+template <typename T, int kHeadDim, bool kTall>
+void run_kvcache(const AttnParams& p, cudaStream_t stream) {
+  using Config = KvcacheConfig<T, kHeadDim>;
+  using Traits = std::conditional_t<kTall, typename Config::Tall, typename Config::Decode>;
+  auto kernel = attn_kvcache_kernel<Traits>;
+  kvcache_state<Traits>().prepare(kernel, Traits::kNThreads, Traits::kSmemBytes);
+  const int64_t x = static_cast<int64_t>(kvcache_m_blocks<Traits>(p)) * p.num_splits;
+  if (x > INT32_MAX) throw std::runtime_error("flash_kernels: KV-cache grid too large (seqlen_q x splits)");
+  const dim3 grid(static_cast<unsigned>(x), p.heads_kv, p.batch);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  FK_CUDA_CHECK(cudaGetLastError());
+  if (p.num_splits > 1) run_kvcache_combine<T>(p, stream);
+}
+
+// Compute capability major of the current device, queried once per device.
+inline int current_device_major() {
+  static std::atomic<int> majors[KernelDeviceState::kMaxDevices] = {};
+  int device = 0;
+  FK_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= KernelDeviceState::kMaxDevices) throw std::runtime_error("flash_kernels: more than 64 CUDA devices");
+  int major = majors[device].load(std::memory_order_relaxed);
+  if (major == 0) {
+    FK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    majors[device].store(major, std::memory_order_relaxed);
+  }
+  return major;
+}
+
+template <typename T>
+void run_kvcache_combine(const AttnParams& p, cudaStream_t stream) {
+  const int64_t threads = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (p.head_dim / 4);
+  const int64_t blocks = (threads + 127) / 128;
+  if (blocks > INT32_MAX) throw std::runtime_error("flash_kernels: KV-cache combine grid too large");
+  // On sm_90 the combine is a programmatic dependent launch: it is scheduled while the split kernel drains
+  // (that kernel signals griddepcontrol.launch_dependents) instead of after it, hiding the launch gap; it
+  // waits for the partials itself. Graph capture records the dependency as a programmatic edge.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = current_device_major() >= 9 ? 1 : 0;
+  FK_CUDA_CHECK(cudaLaunchKernelEx(&config, kvcache_combine_kernel<T>, p));
+}
+// One definition of each, in instantiations/kvcache_combine.cu (the head-dim files only call it).
+extern template void run_kvcache_combine<__half>(const AttnParams&, cudaStream_t);
+extern template void run_kvcache_combine<__nv_bfloat16>(const AttnParams&, cudaStream_t);
+
+}  // namespace flash_kernels
