@@ -100,19 +100,24 @@ def _kv_rows(n0, offs_n, seqlen_k, table_row, num_pages, stride_page, stride_slo
     n0 < seqlen_k <= the table's capacity, so the table itself is never over-read.
     """
     cols = n0 + offs_n
+    # One return: compiled Triton wants every return of a function to have one type, even
+    # across constexpr branches.
     if PAGE_SIZE == 0:
-        return cols * stride_slot, cols < 0
-    if PAGE_SIZE % BLOCK_N == 0:
+        rows = cols * stride_slot
+        bad = cols < 0
+    elif PAGE_SIZE % BLOCK_N == 0:
         # The whole key block sits in one page: one id, contiguous rows.
         page = tl.load(table_row + n0 // PAGE_SIZE)
-        bad = (page < 0) | (page >= num_pages)
-        page = tl.where(bad, 0, page)
+        page_bad = (page < 0) | (page >= num_pages)
+        page = tl.where(page_bad, 0, page)
         rows = page.to(tl.int64) * stride_page + (n0 % PAGE_SIZE + offs_n) * stride_slot
-        return rows, (offs_n < 0) | bad
-    pages = tl.load(table_row + cols // PAGE_SIZE, mask=cols < seqlen_k, other=0)
-    bad = (pages < 0) | (pages >= num_pages)
-    pages = tl.where(bad, 0, pages)
-    return pages.to(tl.int64) * stride_page + (cols % PAGE_SIZE) * stride_slot, bad
+        bad = (offs_n < 0) | page_bad
+    else:
+        pages = tl.load(table_row + cols // PAGE_SIZE, mask=cols < seqlen_k, other=0)
+        bad = (pages < 0) | (pages >= num_pages)
+        pages = tl.where(bad, 0, pages)
+        rows = pages.to(tl.int64) * stride_page + (cols % PAGE_SIZE) * stride_slot
+    return rows, bad
 
 
 @triton.jit

@@ -87,10 +87,12 @@ GPU_EXTRA = [
 def _kvcache_params():
     for case in CPU_CASES:
         yield maybe_gpu(case, torch.float16, 64, cpu=True, id=f"{case}-fp16-64")
-    for case, dtype, head_dim in itertools.product(CPU_CASES + GPU_EXTRA, (torch.float16, torch.bfloat16),
-                                                   (64, 80, 128, 256)):
-        if dtype == torch.float16 and head_dim == 64 and case in CPU_CASES:
-            continue
+    gpu = [(case, dtype, head_dim) for case, dtype, head_dim in
+           itertools.product(CPU_CASES + GPU_EXTRA, (torch.float16, torch.bfloat16), (64, 128))
+           if not (dtype == torch.float16 and head_dim == 64 and case in CPU_CASES)]
+    # Head dims off the power-of-2 tiles and the largest one, on the GPU-only cases.
+    gpu += [(case, torch.bfloat16, head_dim) for case in GPU_EXTRA for head_dim in (80, 256)]
+    for case, dtype, head_dim in gpu:
         yield maybe_gpu(case, dtype, head_dim, cpu=False, id=f"{case}-{str(dtype)[6:]}-{head_dim}")
     yield maybe_gpu(CacheCase(layout="paged", page_size=16, causal=True, rotary="neox"), torch.float16,
                     40, cpu=True, id="paged16-hd40-rot")
@@ -260,9 +262,9 @@ def _paged_pools(keys, values, page_size, device):
 def _paged_varlen_params():
     yield maybe_gpu(torch.float16, 64, 16, True, (4, 2), cpu=True)
     yield maybe_gpu(torch.float16, 64, 64, False, (2, 2), cpu=True)
-    for dtype, head_dim, page, causal in itertools.product((torch.float16, torch.bfloat16), (64, 128, 256),
-                                                           (16, 64, 256), (False, True)):
-        yield maybe_gpu(dtype, head_dim, page, causal, (8, 2), cpu=False)
+    for head_dim, page in itertools.product((64, 128, 256), (16, 64, 256)):
+        yield maybe_gpu(torch.bfloat16, head_dim, page, True, (8, 2), cpu=False)
+    yield maybe_gpu(torch.float16, 128, 32, False, (8, 8), cpu=False)
 
 
 @pytest.mark.parametrize("dtype,head_dim,page_size,causal,heads", list(_paged_varlen_params()))
