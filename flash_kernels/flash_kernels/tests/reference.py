@@ -87,17 +87,19 @@ def check_close(name: str, ours: torch.Tensor, ref: torch.Tensor, pt: torch.Tens
                           f"(2 x torch-in-{dtype} error {pt_err:.3e} + slack)")
 
 
-def rotary_ref(x, cos, sin, positions, interleaved: bool):
+def rotary_ref(x, cos, sin, positions, interleaved: bool, upcast: bool = True):
     """x (b, s, h, d) rotated at positions (b, s) (long) by cos/sin (seqlen_ro, rotary_dim / 2),
-    in float32 (round to x's dtype to compare with a kernel that rounds once). Positions past
+    in float32 (round to x's dtype to compare with a kernel that rounds once), or with upcast
+    False in x's dtype throughout (the "same computation in the input dtype"). Positions past
     the table are left unrotated, as the kernels do."""
     half = cos.shape[1]
     rot = 2 * half
-    x32 = x.float()
+    dtype = torch.float32 if upcast else x.dtype
+    x32 = x.to(dtype)
     in_range = (positions < cos.shape[0]).unsqueeze(-1)
     idx = positions.clamp(max=cos.shape[0] - 1)
-    c = torch.where(in_range, cos.float()[idx], 1.0).unsqueeze(2)  # (b, s, 1, half)
-    s_ = torch.where(in_range, sin.float()[idx], 0.0).unsqueeze(2)
+    c = torch.where(in_range, cos.to(dtype)[idx], 1.0).unsqueeze(2)  # (b, s, 1, half)
+    s_ = torch.where(in_range, sin.to(dtype)[idx], 0.0).unsqueeze(2)
     xr = x32[..., :rot]
     if interleaved:
         x1, x2 = xr[..., 0::2], xr[..., 1::2]

@@ -173,23 +173,31 @@ def test_kvcache(backend, device, case, dtype, head_dim):
         cos, sin = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
     alibi = torch.rand(batch, nheads_q, device=device) * 0.3 if case.alibi else None
 
-    # The expected cache (logical view) and the expected q after rotary.
+    # The expected cache (logical view), and the inputs of the two references: rotary in fp32
+    # unrounded (ref32) and in the test dtype throughout (pt), so that the criterion covers rotary
+    # and attention as one computation, as flash-attention's criterion asks.
     interleaved = case.rotary == "interleaved"
     k_expect, v_expect = cache.logical(cache.k).clone(), cache.logical(cache.v).clone()
     k_pool_before, v_pool_before = cache.k.clone(), cache.v.clone()
     local = case.causal or case.window != (-1, -1)
+    q_ref = q_pt = q
     if case.rotary:
         offsets = torch.arange(case.seqlen_q, device=device) if local else torch.zeros(
             case.seqlen_q, dtype=torch.long, device=device)
-        q_ref = rotary_ref(q, cos, sin, lengths.long()[:, None] + offsets, interleaved).to(dtype)
-    else:
-        q_ref = q
+        q_positions = lengths.long()[:, None] + offsets
+        q_ref = rotary_ref(q, cos, sin, q_positions, interleaved)
+        q_pt = rotary_ref(q, cos, sin, q_positions, interleaved, upcast=False)
+    k_ref_expect, k_pt_expect = k_expect.float(), k_expect.clone()
     if k_new is not None:
         positions = lengths.long()[:, None] + torch.arange(case.seqlen_new, device=device)
-        k_rot = rotary_ref(k_new, cos, sin, positions, interleaved).to(dtype) if case.rotary else k_new
+        k_rot32 = rotary_ref(k_new, cos, sin, positions, interleaved) if case.rotary else k_new.float()
+        k_rot_pt = (rotary_ref(k_new, cos, sin, positions, interleaved, upcast=False) if case.rotary
+                    else k_new)
         for b in range(batch):
             n = LENGTHS[b]
-            k_expect[b, n:n + case.seqlen_new] = k_rot[b]
+            k_expect[b, n:n + case.seqlen_new] = k_rot32[b].to(dtype)
+            k_ref_expect[b, n:n + case.seqlen_new] = k_rot32[b]
+            k_pt_expect[b, n:n + case.seqlen_new] = k_rot_pt[b]
             v_expect[b, n:n + case.seqlen_new] = v_new[b]
 
     out, lse = call(fk.flash_attn_with_kvcache, q, cache.k, cache.v, k_new, v_new, rotary_cos=cos,
@@ -217,9 +225,9 @@ def test_kvcache(backend, device, case, dtype, head_dim):
     seqlens_k = lengths + case.seqlen_new
     ref_kwargs = dict(causal=case.causal, window=case.window, softcap=case.softcap,
                       alibi_slopes=alibi, seqlens_k=seqlens_k, key_leftpad=leftpad)
-    k_ref, v_ref = k_expect.nan_to_num(0.0), v_expect.nan_to_num(0.0)
-    out_ref, lse_ref = attention_ref(q_ref, k_ref, v_ref, **ref_kwargs)
-    out_pt, _ = attention_ref(q_ref, k_ref, v_ref, upcast=False, **ref_kwargs)
+    v_ref = v_expect.nan_to_num(0.0)
+    out_ref, lse_ref = attention_ref(q_ref, k_ref_expect.nan_to_num(0.0), v_ref, **ref_kwargs)
+    out_pt, _ = attention_ref(q_pt, k_pt_expect.nan_to_num(0.0), v_ref, upcast=False, **ref_kwargs)
     check_close("out", out, out_ref, out_pt, dtype)
     finite = torch.isfinite(lse_ref)
     assert torch.equal(torch.isinf(lse), ~finite), "lse: +inf must mark exactly the empty rows"
