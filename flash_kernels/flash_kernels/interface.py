@@ -265,7 +265,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     # With cache_batch_idx or pages, the cache may hold more rows than q's batch.
     dispatch.check_qkv(q, k_cache, v_cache, varlen=False,
                        same_batch=cache_batch_idx is None and not paged)
-    _, seqlen_q, nheads_q, head_dim = q.shape
+    _, _, nheads_q, head_dim = q.shape
     if (k is None) != (v is None):
         raise UnsupportedInputError("k and v must be given together (or both left None)")
     if k is not None:

@@ -64,6 +64,10 @@ def test_dropout_fwd_bwd(backend, device, dtype, head_dim, seqlen_q, seqlen_k, c
     check_close("out", out, out_ref, out_pt, dtype)
     for name, ours, ref, pt in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt, strict=True):
         check_close(name, ours, ref, pt, dtype)
+    # The lse is the softmax normaliser before dropout, as in flash_attn.
+    finite = torch.isfinite(lse_ref)
+    assert torch.equal(torch.isinf(lse), ~finite)
+    assert (lse[finite] - lse_ref[finite]).abs().max().item() <= 1e-3 * max(1.0, lse_ref[finite].abs().max().item())
 
     # |S_dmask| is the softmax before dropout (same criterion); the padding past the sequences is 0.
     with torch.no_grad():

@@ -18,6 +18,8 @@ padded: eager Gemma2 returns NaN at valid positions of any padded batch in trans
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -28,8 +30,6 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (optional: pip install transformers)")
 fk_tf = pytest.importorskip("flash_kernels.integrations.transformers",
                             reason="transformers present but not a 5.x release with AttentionInterface")
-
-import copy
 
 BASELINE = {"llama": "sdpa", "mistral": "sdpa", "gemma2": "eager"}
 PADDED = {"llama": True, "mistral": True, "gemma2": False}
@@ -115,7 +115,6 @@ def test_forward_backward_generate(device, family, dtype, ref_dtype):
         check_close(f"logits ({side or 'no'} padding)", out_ours, out_ref, out_sdpa, dtype)
 
     # One backward step on the last batch (left-padded where padding is tested).
-    
     labels = ids.masked_fill(mask == 0, -100)
     grads = []
     for model in (ours, sdpa, ref):
