@@ -70,6 +70,14 @@ class Features:
     dropout_p: float
     is_varlen: bool
     is_kvcache: bool = False
+    # KV-cache and paged calls: the cache's layout, for the CUDA path's support check.
+    block_table: Optional[torch.Tensor] = None
+    cache_batch_idx: Optional[torch.Tensor] = None
+    cache_leftpad: Optional[torch.Tensor] = None
+
+    @property
+    def is_paged(self) -> bool:
+        return self.block_table is not None
 
 
 def choose_backend(q, k, v, features: Features) -> str:
@@ -97,14 +105,39 @@ def cuda_unsupported_reason(q, k, v, features: Features) -> Optional[str]:
         detail = _cuda_import_detail()
         return ("the CUDA extension is not built in this install (a Triton-only wheel, or the "
                 "build skipped it)" + (f": {detail}" if detail else ""))
-    if features.is_kvcache:
-        return "the CUDA extension has no KV-cache decode path"
+    if features.is_kvcache or features.is_paged:
+        return _cuda_cache_reason(module, q, k, v, features)
     if features.is_varlen and not hasattr(module, "varlen_fwd"):
         return "the CUDA extension has no varlen path"
     return module.unsupported_reason(
         q, k, v, causal=features.causal, window_size=features.window_size,
         softcap=features.softcap, alibi_slopes=features.alibi_slopes,
         dropout_p=features.dropout_p, is_varlen=features.is_varlen)
+
+
+def _cuda_cache_reason(module, q, k_cache, v_cache, features: Features) -> Optional[str]:
+    """The CUDA path's answer for a KV-cache call or a paged varlen call (k/v are caches)."""
+    if getattr(module, "kvcache_fwd", None) is None:
+        what = "KV-cache" if features.is_kvcache else "paged-KV varlen"
+        return f"the CUDA extension has no {what} path (flash_kernels._cuda.kvcache_fwd is missing)"
+    if features.dropout_p:
+        return f"dropout (p={features.dropout_p}) is not implemented in the CUDA path"
+    left, right = features.window_size
+    if features.is_varlen:
+        # Paged varlen: q's own checks as for any varlen call (k stands in for its page pool's
+        # rows), then the cache layout through the KV-cache check on a (1, total_q, h, d) view.
+        reason = module.unsupported_reason(
+            q, k_cache[0], v_cache[0], causal=features.causal, window_size=features.window_size,
+            softcap=features.softcap, alibi_slopes=features.alibi_slopes, dropout_p=0.0,
+            is_varlen=True)
+        if reason is not None:
+            return reason
+        q = q.unsqueeze(0)
+    return module.kvcache_unsupported_reason(
+        q, k_cache, v_cache, block_table=features.block_table,
+        cache_batch_idx=features.cache_batch_idx, cache_leftpad=features.cache_leftpad,
+        softcap=features.softcap, alibi_slopes=features.alibi_slopes, window_left=left,
+        window_right=right)
 
 
 def check_device(t: torch.Tensor, dtype: torch.dtype) -> None:
@@ -179,10 +212,8 @@ def check_qkv(q, k, v, *, varlen: bool, same_batch: bool = True) -> None:
 def check_options(*, dropout_p: float, window_size, softcap: float, alibi_slopes,
                   batch: int, nheads_q: int, device) -> tuple[int, int]:
     """Validate the scalar options; return the window as two ints (-1 = unlimited)."""
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"dropout_p={dropout_p}: attention dropout is not implemented in flash_kernels; "
-            "pass dropout_p=0.0 (apply dropout outside attention if the model needs it)")
+    if not 0.0 <= dropout_p < 1.0:
+        raise UnsupportedInputError(f"dropout_p must be in [0, 1); got {dropout_p}")
     try:
         left, right = (int(w) for w in window_size)
     except (TypeError, ValueError):
@@ -211,3 +242,91 @@ def check_cu_seqlens(name: str, cu: torch.Tensor, device) -> None:
             f"{name} must be a 1-D torch.int32 tensor of batch+1 cumulative lengths starting at 0")
     if cu.device != device:
         raise UnsupportedInputError(f"{name} must be on {device}; got {cu.device}")
+
+
+def check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, device) -> None:
+    check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, device)
+    check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, device)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise UnsupportedInputError(
+            f"cu_seqlens_q and cu_seqlens_k must both have batch+1 entries; got "
+            f"{cu_seqlens_q.numel()} and {cu_seqlens_k.numel()}")
+
+
+def check_batch_vector(name: str, t, batch: int, device, dtypes=(torch.int32,)) -> None:
+    """A per-sequence int tensor such as cache_leftpad or cache_batch_idx: (batch,) on device."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in dtypes or tuple(t.shape) != (batch,):
+        allowed = " or ".join(str(d) for d in dtypes)
+        got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise UnsupportedInputError(f"{name} must be a {allowed} tensor of shape ({batch},); got {got}")
+    if t.device != device:
+        raise UnsupportedInputError(f"{name} must be on {device}; got {t.device}")
+
+
+PAGE_MULTIPLE = 16  # rows of a key block fit a page boundary; vLLM's smallest page is 16
+
+
+def check_paged_cache(k_cache, v_cache, block_table, batch: int, device) -> int:
+    """Validate a paged KV cache (num_pages, page_size, nheads_k, headdim) and its block table
+    (batch, max_pages) int32; return the page size.
+
+    Page ids themselves live on the device and are not checked here (that would cost a host sync
+    per call): a kernel reads an out-of-range id as page 0 and returns NaN for that sequence,
+    and the cache append skips such a page (see flash_kernels/README.md).
+    """
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 \
+            or block_table.dim() != 2 or block_table.shape[0] != batch:
+        got = (f"{block_table.dtype} {tuple(block_table.shape)}"
+               if isinstance(block_table, torch.Tensor) else type(block_table).__name__)
+        raise UnsupportedInputError(
+            f"block_table must be a torch.int32 tensor of shape (batch={batch}, max_pages); got {got}")
+    if block_table.device != device:
+        raise UnsupportedInputError(f"block_table must be on {device}; got {block_table.device}")
+    if block_table.stride(-1) != 1:
+        raise UnsupportedInputError("block_table must have a contiguous last dimension")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise UnsupportedInputError(
+                f"with block_table, {name} must be a page pool (num_pages, page_size, nheads_k, "
+                f"headdim); got shape {tuple(t.shape)}")
+    page_size = k_cache.shape[1]
+    if page_size == 0 or page_size % PAGE_MULTIPLE:
+        raise UnsupportedInputError(
+            f"page size (k_cache.shape[1]) must be a positive multiple of {PAGE_MULTIPLE}; got {page_size}")
+    if k_cache.shape[0] == 0:
+        raise UnsupportedInputError("the page pool (k_cache) has no pages")
+    return page_size
+
+
+def check_rotary(rotary_cos, rotary_sin, *, head_dim: int, capacity: int, dtype, device,
+                 appending: bool) -> None:
+    """flash_attn's rules for rotary_cos/rotary_sin (seqlen_ro, rotary_dim / 2)."""
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise UnsupportedInputError("rotary_cos and rotary_sin must be given together")
+    if rotary_cos is None:
+        return
+    if not appending:
+        raise UnsupportedInputError(
+            "rotary_cos/rotary_sin need the new k and v to append (as in flash_attn): the rotary "
+            "positions are those of the appended keys")
+    for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise UnsupportedInputError(f"{name} must be a 2-D tensor (seqlen_ro, rotary_dim / 2)")
+        if t.dtype not in (dtype, torch.float32):
+            raise UnsupportedInputError(f"{name} must have q's dtype ({dtype}) or float32; got {t.dtype}")
+        if t.device != device:
+            raise UnsupportedInputError(f"{name} must be on {device}; got {t.device}")
+        if t.stride(-1) != 1:
+            raise UnsupportedInputError(f"{name} must have a contiguous last dimension")
+    if rotary_cos.shape != rotary_sin.shape:
+        raise UnsupportedInputError(
+            f"rotary_cos and rotary_sin must have one shape; got {tuple(rotary_cos.shape)} and "
+            f"{tuple(rotary_sin.shape)}")
+    seqlen_ro, half = rotary_cos.shape
+    if half == 0 or 2 * half > head_dim:
+        raise UnsupportedInputError(
+            f"rotary_dim (2 * rotary_cos.shape[1] = {2 * half}) must be in [2, head dim {head_dim}]")
+    if seqlen_ro < capacity:
+        raise UnsupportedInputError(
+            f"rotary_cos/rotary_sin have {seqlen_ro} positions; they must cover the cache "
+            f"({capacity} positions), as in flash_attn")

@@ -1,14 +1,20 @@
 """flash_attn's public functions, with its argument names, defaults and return values.
 
-Switching a model from flash_attn means changing the import. Differences, all raised clearly:
-- ``dropout_p > 0`` raises NotImplementedError.
-- ``return_attn_probs=True`` returns ``(out, softmax_lse, S_dmask)``; ``S_dmask`` is always
-  None. (flash_attn fills it only when dropout_p > 0, for its tests; we have no dropout.)
+Switching a model from flash_attn means changing the import. Differences and limits (each
+raised as a clear exception before any kernel runs; the full list is in flash_kernels/README.md):
+- ``return_attn_probs=True`` returns ``(out, softmax_lse, S_dmask)``. With dropout, S_dmask is
+  flash_attn's (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) matrix of
+  softmax probabilities in q's dtype, negated where dropout dropped the element (padding and
+  masked entries hold 0); without dropout it is None (flash_attn fills it only with dropout).
+- Dropout draws a fresh Philox seed from torch's generator on q's device for every call (a device
+  tensor the kernels read: no host sync, safe inside CUDA graphs, reproducible after
+  torch.manual_seed). The backward redraws the same mask from that seed.
 - The gradient flows through ``out`` only, as in flash_attn: ``softmax_lse`` is auxiliary.
 - ``deterministic``: the Triton kernels use no atomics and are always bitwise reproducible;
   the flag is forwarded to the CUDA backend.
-- flash_attn_with_kvcache: rotary embedding, cache_leftpad and block_table (paged KV cache)
-  raise NotImplementedError.
+- Paged KV (``block_table``) takes any page size that is a multiple of 16 (flash_attn: 256).
+  Page ids are not checked on the host unless k/v are appended (that would cost a device sync
+  per call); an out-of-range id makes that sequence's output NaN and is never dereferenced.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ def _compiling() -> bool:
 
 
 def _prepare(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, softcap,
-             alibi_slopes, batch):
-    dispatch.check_qkv(q, k, v, varlen=varlen)
+             alibi_slopes, batch, block_table=None):
+    if block_table is None:
+        dispatch.check_qkv(q, k, v, varlen=varlen)
     left, right = dispatch.check_options(dropout_p=dropout_p, window_size=window_size,
                                          softcap=softcap, alibi_slopes=alibi_slopes,
                                          batch=batch, nheads_q=q.shape[-2], device=q.device)
@@ -42,12 +49,26 @@ def _prepare(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, 
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     features = dispatch.Features(causal=causal, window_size=(left, right), softcap=float(softcap),
-                                 alibi_slopes=alibi_slopes, dropout_p=dropout_p, is_varlen=varlen)
+                                 alibi_slopes=alibi_slopes, dropout_p=float(dropout_p),
+                                 is_varlen=varlen, block_table=block_table)
     # Traced by torch.compile, q/k/v are fakes the support checks cannot read: flash_kernels::fwd/bwd
     # then choose on the real tensors at run time (ops._resolve).
     backend = "auto" if _compiling() else dispatch.choose_backend(q, k, v, features)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     return q, k, v, float(softmax_scale), left, right, backend
+
+
+def _dropout_seed(dropout_p: float, device) -> Optional[torch.Tensor]:
+    """A fresh Philox seed from torch's generator of ``device``, left on the device.
+
+    A torch RNG op rather than a host value: under CUDA-graph capture it is recorded in the
+    graph and each replay draws a new seed (as torch's own fused attention does with its philox
+    state), and torch.manual_seed makes the mask reproducible. The kernels read it; nothing
+    here waits for it.
+    """
+    if dropout_p <= 0.0:
+        return None
+    return torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=device)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -61,9 +82,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     q, k, v, scale, left, right, backend = _prepare(
         q, k, v, varlen=False, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, batch=q.shape[0])
+    seed = _dropout_seed(dropout_p, q.device)
     out, lse = ops.attn_fwd(q, k, v, scale, left, right, float(softcap), alibi_slopes,
-                            bool(deterministic), backend)
-    return (out, lse, None) if return_attn_probs else out
+                            float(dropout_p), seed, bool(deterministic), backend)
+    if not return_attn_probs:
+        return out
+    s_dmask = None
+    if seed is not None:
+        s_dmask = ops.attn_probs(q.detach(), k.detach(), lse.detach(), None, None, 0, 0, scale,
+                                 left, right, float(softcap), alibi_slopes, float(dropout_p), seed)
+    return out, lse, s_dmask
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -96,24 +124,73 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """Packed sequences: q (total_q, nheads, headdim), k/v (total_k, nheads_k, headdim).
 
     cu_seqlens_* are int32 (batch + 1,) cumulative lengths; softmax_lse is (nheads, total_q).
+    With ``block_table`` (batch, max_pages) int32, k and v are paged caches
+    (num_pages, page_size, nheads_k, headdim), page_size a multiple of 16, and sequence b's keys
+    are its first cu_seqlens_k[b+1] - cu_seqlens_k[b] cache positions. Forward only (flash_attn
+    has no paged backward): a call that would need a gradient raises.
     """
     if block_table is not None:
-        raise NotImplementedError(
-            "block_table (paged KV) is not implemented in flash_kernels' varlen attention")
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             dropout_p, softmax_scale, causal, window_size, softcap,
+                             alibi_slopes, return_attn_probs, block_table)
     dispatch.check_qkv(q, k, v, varlen=True)
-    dispatch.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.device)
-    dispatch.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q.device)
-    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
-        raise UnsupportedInputError(
-            f"cu_seqlens_q and cu_seqlens_k must both have batch+1 entries; got "
-            f"{cu_seqlens_q.numel()} and {cu_seqlens_k.numel()}")
+    dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
     q, k, v, scale, left, right, backend = _prepare(
         q, k, v, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
         batch=cu_seqlens_q.numel() - 1)
+    seed = _dropout_seed(dropout_p, q.device)
     out, lse = ops.attn_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                    int(max_seqlen_k), scale, left, right, float(softcap),
-                                   alibi_slopes, bool(deterministic), backend)
+                                   alibi_slopes, float(dropout_p), seed, bool(deterministic),
+                                   backend)
+    if not return_attn_probs:
+        return out
+    s_dmask = None
+    if seed is not None:
+        s_dmask = ops.attn_probs(q.detach(), k.detach(), lse.detach(), cu_seqlens_q, cu_seqlens_k,
+                                 int(max_seqlen_q), int(max_seqlen_k), scale, left, right,
+                                 float(softcap), alibi_slopes, float(dropout_p), seed)
+    return out, lse, s_dmask
+
+
+def _paged_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                  return_attn_probs, block_table):
+    """flash_attn_varlen_func over a paged KV cache (forward only)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+        raise NotImplementedError(
+            "flash_attn_varlen_func with block_table (paged KV) has no backward, as in flash_attn; "
+            "call it under torch.no_grad() or with tensors that do not require grad")
+    if return_attn_probs and dropout_p > 0:
+        raise NotImplementedError(
+            "return_attn_probs with dropout is not implemented for a paged KV cache (S_dmask is a "
+            "testing output of the dense and varlen forms)")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 3:
+        raise UnsupportedInputError(
+            f"q must have 3 dimensions (total_q, nheads, headdim); got shape {tuple(q.shape)}")
+    dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
+    batch = cu_seqlens_q.numel() - 1
+    dispatch.check_paged_cache(k_cache, v_cache, block_table, batch, q.device)
+    # The checks of the dense form, on one page's rows standing for the pool.
+    dispatch.check_qkv(q, k_cache[0], v_cache[0], varlen=True)
+    if k_cache.shape != v_cache.shape:
+        raise UnsupportedInputError(
+            f"k_cache and v_cache must have one shape; got {tuple(k_cache.shape)} and "
+            f"{tuple(v_cache.shape)}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise UnsupportedInputError("k_cache and v_cache must have a contiguous last dimension")
+    q, k_cache, v_cache, scale, left, right, backend = _prepare(
+        q, k_cache, v_cache, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale,
+        causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        batch=batch, block_table=block_table)
+    out, lse = ops.attn_paged_varlen_fwd(
+        q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+        block_table, scale, left, right, float(softcap), alibi_slopes, float(dropout_p),
+        _dropout_seed(dropout_p, q.device), backend)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -152,24 +229,43 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
                             return_softmax_lse=False):
-    """Decode against a KV cache (batch_cache, seqlen_cache, nheads_k, headdim).
+    """Decode or chunked prefill against a KV cache, flash_attn's semantics.
 
-    If k and v (batch, seqlen_new, nheads_k, headdim) are given they are written into the
-    cache in place at positions cache_seqlens[b] onward, and attention covers
-    cache_seqlens[b] + seqlen_new keys. num_splits=0 picks the split-KV count automatically.
-    Without k/v, cache_seqlens is not checked on the host (that would cost a device sync per
-    decode step); a length past the cache end is read as the cache length.
-    Returns out, or (out, softmax_lse) with return_softmax_lse. No backward (as flash_attn).
+    k_cache/v_cache: dense (batch_cache, seqlen_cache, nheads_k, headdim), or with block_table
+    (batch, max_pages) int32 a page pool (num_pages, page_size, nheads_k, headdim) with page_size
+    a multiple of 16. If k and v (batch, seqlen_new, nheads_k, headdim) are given they are
+    written into the cache in place at positions cache_seqlens[b] onward (k rotated first when
+    rotary_cos/rotary_sin (seqlen_ro, rotary_dim / 2) are given), and attention covers the
+    cache_seqlens[b] + seqlen_new keys. q is rotated too: at cache_seqlens[b] + i when causal or
+    local, else every query at cache_seqlens[b]. cache_leftpad[b] is the first valid key slot of
+    sequence b (cache_seqlens counts from slot 0, as in flash_attn). cache_batch_idx maps q's
+    batch rows to dense cache rows. num_splits=0 picks the split-KV count automatically; a
+    positive value is honoured (rounded up to a power of 2, at most 128) on the Triton path and
+    passed to the CUDA path.
+    Host checks never read device memory, except when appending: then one sync checks that the
+    new keys fit the cache (and their pages are valid). Without k/v, a cache_seqlens past the
+    cache end reads as the cache length. Returns out, or (out, softmax_lse) with
+    return_softmax_lse. No backward (as flash_attn).
     """
-    for name, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
-                        ("cache_leftpad", cache_leftpad), ("block_table", block_table)):
-        if value is not None:
-            raise NotImplementedError(
-                f"flash_attn_with_kvcache({name}=...) is not implemented in flash_kernels; "
-                "apply rotary embeddings before the call and use a contiguous (non-paged) cache")
-    # With cache_batch_idx, the cache may hold more sequences than q's batch.
-    dispatch.check_qkv(q, k_cache, v_cache, varlen=False, same_batch=cache_batch_idx is None)
-    batch, _, nheads_q, head_dim = q.shape
+    batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else -1
+    paged = block_table is not None
+    if paged:
+        if cache_batch_idx is not None:
+            raise UnsupportedInputError(
+                "cache_batch_idx cannot be combined with block_table (as in flash_attn): the block "
+                "table already maps each sequence to its pages")
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                raise UnsupportedInputError(
+                    f"{name} must be a 4-D tensor; got {getattr(t, 'shape', type(t).__name__)}")
+        page_size = dispatch.check_paged_cache(k_cache, v_cache, block_table, batch, q.device)
+        capacity = block_table.shape[1] * page_size
+    else:
+        capacity = k_cache.shape[1] if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4 else 0
+    # With cache_batch_idx or pages, the cache may hold more rows than q's batch.
+    dispatch.check_qkv(q, k_cache, v_cache, varlen=False,
+                       same_batch=cache_batch_idx is None and not paged)
+    _, _, nheads_q, head_dim = q.shape
     if (k is None) != (v is None):
         raise UnsupportedInputError("k and v must be given together (or both left None)")
     if k is not None:
@@ -180,28 +276,24 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                 f"headdim={head_dim}); got {tuple(k.shape)} and {tuple(v.shape)}")
         if k.dtype != k_cache.dtype or v.dtype != v_cache.dtype:
             raise UnsupportedInputError("k and v must have the dtype of the cache")
+        if k.device != q.device or v.device != q.device:
+            raise UnsupportedInputError(f"k and v must be on {q.device}")
         if cache_seqlens is None:
             raise UnsupportedInputError(
                 "cache_seqlens is required when appending k/v: it says where each sequence ends")
     if cache_seqlens is None:
-        cache_seqlens = torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=q.device)
+        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
     elif isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
-    if cache_seqlens.shape != (batch,) or cache_seqlens.dtype not in (torch.int32, torch.int64):
-        raise UnsupportedInputError(
-            f"cache_seqlens must be an int or an int32 tensor of shape ({batch},); got "
-            f"{cache_seqlens.dtype} {tuple(cache_seqlens.shape)}")
-    if cache_batch_idx is not None and (cache_batch_idx.shape != (batch,)
-                                        or cache_batch_idx.dtype not in (torch.int32, torch.int64)):
-        raise UnsupportedInputError(
-            f"cache_batch_idx must be an int32 tensor of shape ({batch},)")
-    if k is not None:
-        # One host sync, only when appending: an out-of-range append would write past the cache.
-        # (Reads need no check: the kernel never reads past the cache length.)
-        if int(cache_seqlens.max()) + k.shape[1] > k_cache.shape[1] or int(cache_seqlens.min()) < 0:
-            raise UnsupportedInputError(
-                f"cache_seqlens + seqlen_new must lie in [0, {k_cache.shape[1]}] (the cache "
-                f"length); got max {int(cache_seqlens.max())} + {k.shape[1]}")
+    dispatch.check_batch_vector("cache_seqlens", cache_seqlens, batch, q.device,
+                                (torch.int32, torch.int64))
+    if cache_batch_idx is not None:
+        dispatch.check_batch_vector("cache_batch_idx", cache_batch_idx, batch, q.device,
+                                    (torch.int32, torch.int64))
+    if cache_leftpad is not None:
+        dispatch.check_batch_vector("cache_leftpad", cache_leftpad, batch, q.device)
+    dispatch.check_rotary(rotary_cos, rotary_sin, head_dim=head_dim, capacity=capacity,
+                          dtype=q.dtype, device=q.device, appending=k is not None)
     left, right = dispatch.check_options(dropout_p=0.0, window_size=window_size, softcap=softcap,
                                          alibi_slopes=alibi_slopes, batch=batch,
                                          nheads_q=nheads_q, device=q.device)
@@ -209,15 +301,49 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         right = 0
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
-    features = dispatch.Features(causal=causal, window_size=(left, right), softcap=float(softcap),
-                                 alibi_slopes=alibi_slopes, dropout_p=0.0, is_varlen=False,
-                                 is_kvcache=True)
-    dispatch.choose_backend(q, k_cache, v_cache, features)  # raises if cuda is forced: no decode path
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise UnsupportedInputError("k_cache and v_cache must have a contiguous last dimension")
+    if k is not None and not _compiling() and not _capturing(q.device):
+        _check_append_fits(cache_seqlens, k.shape[1], capacity, block_table, k_cache.shape[0])
+    features = dispatch.Features(causal=causal, window_size=(left, right), softcap=float(softcap),
+                                 alibi_slopes=alibi_slopes, dropout_p=0.0, is_varlen=False,
+                                 is_kvcache=True, block_table=block_table,
+                                 cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad)
+    backend = "auto" if _compiling() else dispatch.choose_backend(q, k_cache, v_cache, features)
     out, lse = ops.attn_kvcache_fwd(
         _last_dim_contiguous(q), k_cache, v_cache,
         None if k is None else _last_dim_contiguous(k), None if v is None else _last_dim_contiguous(v),
-        cache_seqlens, cache_batch_idx, float(softmax_scale), left, right, float(softcap),
-        alibi_slopes, int(num_splits))
+        cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
+        bool(rotary_interleaved), float(softmax_scale), left, right, float(softcap), alibi_slopes,
+        int(num_splits), backend)
     return (out, lse) if return_softmax_lse else out
+
+
+def _capturing(device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _check_append_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table,
+                       num_pages: int) -> None:
+    """One host sync, only when appending: new keys must land inside the cache, on valid pages.
+
+    Skipped under torch.compile and CUDA-graph capture, where a sync is impossible; the append
+    kernel then drops a write it cannot place rather than write out of bounds.
+    """
+    lengths = cache_seqlens.long()
+    checks = [lengths.min(), lengths.max() + seqlen_new]
+    if block_table is not None:
+        page_size = capacity // block_table.shape[1]
+        pages_used = (lengths + seqlen_new + page_size - 1) // page_size
+        used = torch.arange(block_table.shape[1], device=lengths.device)[None, :] < pages_used[:, None]
+        bad = used & ((block_table < 0) | (block_table >= num_pages))
+        checks.append(bad.sum())
+    low, high, *bad_pages = (int(x) for x in torch.stack(checks).tolist())
+    if low < 0 or high > capacity:
+        raise UnsupportedInputError(
+            f"cache_seqlens + seqlen_new must lie in [0, {capacity}] (the cache length); got "
+            f"min {low}, max {high}")
+    if bad_pages and bad_pages[0]:
+        raise UnsupportedInputError(
+            f"block_table holds {bad_pages[0]} page id(s) outside [0, {num_pages}) among the pages "
+            "the sequences use")

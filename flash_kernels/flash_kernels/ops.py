@@ -41,8 +41,16 @@ def _is_causal(window_left: int, window_right: int) -> bool:
     return window_right == 0 and window_left < 0
 
 
-def _resolve(backend: str, q: Tensor, k: Tensor, v: Tensor, window_left: int, window_right: int,
-             softcap: float, alibi_slopes: Optional[Tensor]) -> str:
+def _dropout(dropout_p: float, rng_seed: Optional[Tensor]):
+    """The Triton kernels' dropout argument (None when there is none)."""
+    if dropout_p <= 0.0:
+        return None
+    if rng_seed is None:  # the API always draws one; kept for ops called directly
+        raise RuntimeError("dropout_p > 0 needs rng_seed (a device int64 tensor)")
+    return _triton().Dropout(dropout_p, rng_seed)
+
+
+def _resolve(backend: str, q: Tensor, k: Tensor, v: Tensor, features) -> str:
     """The backend for "auto": chosen here, on real tensors, when the caller was being traced.
 
     Under torch.compile the Python API sees fake tensors, and the CUDA path's support checks read
@@ -50,28 +58,35 @@ def _resolve(backend: str, q: Tensor, k: Tensor, v: Tensor, window_left: int, wi
     """
     if backend != "auto":
         return backend
-    features = dispatch.Features(causal=_is_causal(window_left, window_right),
-                                 window_size=(window_left, window_right), softcap=softcap,
-                                 alibi_slopes=alibi_slopes, dropout_p=0.0, is_varlen=False)
     return dispatch.choose_backend(q, k, v, features)
+
+
+def _features(window_left: int, window_right: int, softcap: float, alibi_slopes,
+              dropout_p: float = 0.0, **cache) -> "dispatch.Features":
+    return dispatch.Features(causal=_is_causal(window_left, window_right),
+                             window_size=(window_left, window_right), softcap=softcap,
+                             alibi_slopes=alibi_slopes, dropout_p=dropout_p, **cache)
 
 
 # ----------------------------------------------------------------------------- dense
 @torch.library.custom_op("flash_kernels::fwd", mutates_args=())
 def attn_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
-             window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
-             deterministic: bool, backend: str) -> tuple[Tensor, Tensor]:
-    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes)
+             window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
+             rng_seed: Optional[Tensor], deterministic: bool,
+             backend: str) -> tuple[Tensor, Tensor]:
+    backend = _resolve(backend, q, k, v, _features(window_left, window_right, softcap,
+                                                   alibi_slopes, dropout_p, is_varlen=False))
     if backend == "cuda":
         return _cuda().fwd(q, k, v, softmax_scale, _is_causal(window_left, window_right),
                            window_left, window_right, softcap)
     return _triton().attention_forward(q, k, v, softmax_scale, window_left, window_right,
-                                              softcap, alibi_slopes)
+                                       softcap, alibi_slopes,
+                                       dropout=_dropout(dropout_p, rng_seed))
 
 
 @attn_fwd.register_fake
-def _(q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, deterministic,
-      backend):
+def _(q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p,
+      rng_seed, deterministic, backend):
     batch, seqlen_q, nheads_q, _ = q.shape
     return torch.empty_like(q), q.new_empty((batch, nheads_q, seqlen_q), dtype=torch.float32)
 
@@ -79,38 +94,41 @@ def _(q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, 
 @torch.library.custom_op("flash_kernels::bwd", mutates_args=())
 def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
              softmax_scale: float, window_left: int, window_right: int, softcap: float,
-             alibi_slopes: Optional[Tensor], deterministic: bool,
-             backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes)
+             alibi_slopes: Optional[Tensor], dropout_p: float, rng_seed: Optional[Tensor],
+             deterministic: bool, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    backend = _resolve(backend, q, k, v, _features(window_left, window_right, softcap,
+                                                   alibi_slopes, dropout_p, is_varlen=False))
     if backend == "cuda":
         return _cuda().bwd(dout, q, k, v, out, lse, softmax_scale,
                            _is_causal(window_left, window_right), window_left, window_right,
                            softcap, deterministic)
     return _triton().attention_backward(dout, q, k, v, out, lse, softmax_scale,
-                                               window_left, window_right, softcap, alibi_slopes)
+                                        window_left, window_right, softcap, alibi_slopes,
+                                        dropout=_dropout(dropout_p, rng_seed))
 
 
 @attn_bwd.register_fake
 def _(dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
-      deterministic, backend):
+      dropout_p, rng_seed, deterministic, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _fwd_setup(ctx, inputs, output):
-    (q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, deterministic,
-     backend) = inputs
+    (q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p,
+     rng_seed, deterministic, backend) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
-    ctx.args = (softmax_scale, window_left, window_right, softcap, deterministic, backend)
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_seed)
+    ctx.args = (softmax_scale, window_left, window_right, softcap, dropout_p, deterministic,
+                backend)
 
 
 def _fwd_backward(ctx, dout, dlse):
     # Like flash_attn, the gradient flows through `out` only; lse is an auxiliary output.
-    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
-    softmax_scale, window_left, window_right, softcap, deterministic, backend = ctx.args
+    q, k, v, out, lse, alibi_slopes, rng_seed = ctx.saved_tensors
+    softmax_scale, window_left, window_right, softcap, dropout_p, deterministic, backend = ctx.args
     dq, dk, dv = attn_bwd(dout, q, k, v, out, lse, softmax_scale, window_left, window_right,
-                          softcap, alibi_slopes, deterministic, backend)
-    return dq, dk, dv, None, None, None, None, None, None, None
+                          softcap, alibi_slopes, dropout_p, rng_seed, deterministic, backend)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 attn_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
@@ -121,8 +139,10 @@ attn_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
 def attn_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                     max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                     window_left: int, window_right: int, softcap: float,
-                    alibi_slopes: Optional[Tensor], deterministic: bool,
-                    backend: str) -> tuple[Tensor, Tensor]:
+                    alibi_slopes: Optional[Tensor], dropout_p: float, rng_seed: Optional[Tensor],
+                    deterministic: bool, backend: str) -> tuple[Tensor, Tensor]:
+    backend = _resolve(backend, q, k, v, _features(window_left, window_right, softcap,
+                                                   alibi_slopes, dropout_p, is_varlen=True))
     if backend == "cuda":
         return _cuda().varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   softmax_scale, _is_causal(window_left, window_right),
@@ -130,12 +150,14 @@ def attn_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_se
     return _triton().attention_forward(
         q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        dropout=_dropout(dropout_p, rng_seed))
 
 
 @attn_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, softcap, alibi_slopes, deterministic, backend):
+      window_left, window_right, softcap, alibi_slopes, dropout_p, rng_seed, deterministic,
+      backend):
     total_q, nheads_q, _ = q.shape
     return torch.empty_like(q), q.new_empty((nheads_q, total_q), dtype=torch.float32)
 
@@ -145,7 +167,10 @@ def attn_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                     cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
                     max_seqlen_k: int, softmax_scale: float, window_left: int,
                     window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
-                    deterministic: bool, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+                    dropout_p: float, rng_seed: Optional[Tensor], deterministic: bool,
+                    backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    backend = _resolve(backend, q, k, v, _features(window_left, window_right, softcap,
+                                                   alibi_slopes, dropout_p, is_varlen=True))
     if backend == "cuda":
         return _cuda().varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                   max_seqlen_q, max_seqlen_k, softmax_scale,
@@ -154,74 +179,156 @@ def attn_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     return _triton().attention_backward(
         dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        dropout=_dropout(dropout_p, rng_seed))
 
 
 @attn_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      softmax_scale, window_left, window_right, softcap, alibi_slopes, deterministic, backend):
+      softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p, rng_seed,
+      deterministic, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_sq, max_sk, softmax_scale, window_left, window_right, softcap,
-     alibi_slopes, deterministic, backend) = inputs
+     alibi_slopes, dropout_p, rng_seed, deterministic, backend) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi_slopes)
-    ctx.args = (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, deterministic,
-                backend)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi_slopes, rng_seed)
+    ctx.args = (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, dropout_p,
+                deterministic, backend)
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, out, lse, cu_q, cu_k, alibi_slopes = ctx.saved_tensors
-    (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, deterministic,
+    q, k, v, out, lse, cu_q, cu_k, alibi_slopes, rng_seed = ctx.saved_tensors
+    (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, dropout_p, deterministic,
      backend) = ctx.args
     dq, dk, dv = attn_varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_sq, max_sk,
                                  softmax_scale, window_left, window_right, softcap,
-                                 alibi_slopes, deterministic, backend)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+                                 alibi_slopes, dropout_p, rng_seed, deterministic, backend)
+    return (dq, dk, dv) + (None,) * 13
 
 
 attn_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup)
+
+
+@torch.library.custom_op("flash_kernels::paged_varlen_fwd", mutates_args=())
+def attn_paged_varlen_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seqlens_q: Tensor,
+                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                          block_table: Tensor, softmax_scale: float, window_left: int,
+                          window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+                          dropout_p: float, rng_seed: Optional[Tensor],
+                          backend: str) -> tuple[Tensor, Tensor]:
+    """Varlen forward over a paged KV cache. No autograd: flash_attn has no paged backward, and
+    the API refuses a call that would need one before it gets here."""
+    backend = _resolve(backend, q, k_cache, v_cache,
+                       _features(window_left, window_right, softcap, alibi_slopes, dropout_p,
+                                 is_varlen=True, block_table=block_table))
+    if backend == "cuda":
+        return _cuda().varlen_fwd(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, softmax_scale,
+                                  _is_causal(window_left, window_right), window_left,
+                                  window_right, softcap, block_table=block_table)
+    return _triton().attention_forward(
+        q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, block_table=block_table,
+        dropout=_dropout(dropout_p, rng_seed))
+
+
+@attn_paged_varlen_fwd.register_fake
+def _(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
+      softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p, rng_seed,
+      backend):
+    total_q, nheads_q, _ = q.shape
+    return torch.empty_like(q), q.new_empty((nheads_q, total_q), dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------- S_dmask
+@torch.library.custom_op("flash_kernels::attn_probs", mutates_args=())
+def attn_probs(q: Tensor, k: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],
+               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+               softmax_scale: float, window_left: int, window_right: int, softcap: float,
+               alibi_slopes: Optional[Tensor], dropout_p: float, rng_seed: Tensor) -> Tensor:
+    """flash_attn's S_dmask for a forward that used dropout (Triton: dropout runs there only)."""
+    return _triton().attention_probs(
+        q, k, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        _dropout(dropout_p, rng_seed), cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+
+@attn_probs.register_fake
+def _(q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+      window_left, window_right, softcap, alibi_slopes, dropout_p, rng_seed):
+    if cu_seqlens_q is None:
+        batch, sq, nheads, _ = q.shape
+        sk = k.shape[1]
+    else:
+        batch, nheads, sq, sk = cu_seqlens_q.shape[0] - 1, q.shape[1], max_seqlen_q, max_seqlen_k
+
+    def rounded(x):
+        return (x + 127) // 128 * 128
+    return q.new_empty((batch, nheads, rounded(sq), rounded(sk)))
 
 
 # ----------------------------------------------------------------------------- kv cache
 @torch.library.custom_op("flash_kernels::kvcache_fwd", mutates_args=("k_cache", "v_cache"))
 def attn_kvcache_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor],
                      v_new: Optional[Tensor], cache_seqlens: Tensor,
-                     cache_batch_idx: Optional[Tensor], softmax_scale: float, window_left: int,
-                     window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
-                     num_splits: int) -> tuple[Tensor, Tensor]:
+                     cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
+                     block_table: Optional[Tensor], rotary_cos: Optional[Tensor],
+                     rotary_sin: Optional[Tensor], rotary_interleaved: bool,
+                     softmax_scale: float, window_left: int, window_right: int, softcap: float,
+                     alibi_slopes: Optional[Tensor], num_splits: int,
+                     backend: str) -> tuple[Tensor, Tensor]:
+    """Rotary on q and the new k, the in-place append, then attention over the cache.
+
+    The first two steps are Triton kernels whichever backend attends: the CUDA kernel receives
+    q already rotated, the cache already appended and cache_seqlens counting the new keys.
+    """
     batch, seqlen_q, nheads_q, _ = q.shape
-    nheads_k = k_cache.shape[2]
+    backend = _resolve(backend, q, k_cache, v_cache, _features(
+        window_left, window_right, softcap, alibi_slopes, is_varlen=False, is_kvcache=True,
+        block_table=block_table, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad))
+    triton_ops = _triton()
+    cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+    if rotary_cos is not None:
+        # flash_attn: causal or local queries sit at cache_seqlens + i; otherwise all at cache_seqlens.
+        per_row = window_left >= 0 or window_right >= 0
+        q = triton_ops.rotary_q(q, rotary_cos, rotary_sin, cache_seqlens, rotary_interleaved,
+                                per_row)
     seqlens_k = cache_seqlens
     if k_new is not None:
-        # Append in place at each sequence's current end, then attend over old + new keys.
-        rows = (torch.arange(batch, device=q.device) if cache_batch_idx is None
-                else cache_batch_idx.long())
-        positions = cache_seqlens.long()[:, None] + torch.arange(k_new.shape[1], device=q.device)
-        k_cache[rows[:, None], positions] = k_new
-        v_cache[rows[:, None], positions] = v_new
+        triton_ops.append_kv(k_new, v_new, k_cache, v_cache, cache_seqlens, cache_batch_idx,
+                             block_table, rotary_cos, rotary_sin, rotary_interleaved)
         seqlens_k = cache_seqlens + k_new.shape[1]
-    seqlens_k = seqlens_k.to(torch.int32).contiguous()
+    if backend == "cuda":
+        return _cuda().kvcache_fwd(q, k_cache, v_cache, seqlens_k, block_table, cache_batch_idx,
+                                   cache_leftpad, softmax_scale, window_left, window_right,
+                                   softcap, num_splits)
+    nheads_k = k_cache.shape[2]
     group = nheads_q // nheads_k
     pack_gqa = group > 1 and seqlen_q * group <= 128
+    capacity = (block_table.shape[1] * k_cache.shape[1] if block_table is not None
+                else k_cache.shape[1])
     splits = num_splits
     if splits <= 0:
-        splits = _triton().decode_num_splits(
+        splits = triton_ops.decode_num_splits(
             batch, nheads_k if pack_gqa else nheads_q, seqlen_q * (group if pack_gqa else 1),
-            k_cache.shape[1])
+            capacity)
     else:
         splits = min(1 << (splits - 1).bit_length(), 128)  # the combine kernel wants a power of 2
-    return _triton().attention_forward(
+    return triton_ops.attention_forward(
         q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
         seqlens_k=seqlens_k,
         batch_idx=None if cache_batch_idx is None else cache_batch_idx.to(torch.int32).contiguous(),
-        num_splits=splits, pack_gqa=pack_gqa)
+        num_splits=splits, pack_gqa=pack_gqa, block_table=block_table,
+        leftpad=cache_leftpad)
 
 
 @attn_kvcache_fwd.register_fake
-def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, softmax_scale,
-      window_left, window_right, softcap, alibi_slopes, num_splits):
+def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_leftpad,
+      block_table, rotary_cos, rotary_sin, rotary_interleaved, softmax_scale, window_left,
+      window_right, softcap, alibi_slopes, num_splits, backend):
     batch, seqlen_q, nheads_q, _ = q.shape
     return torch.empty_like(q), q.new_empty((batch, nheads_q, seqlen_q), dtype=torch.float32)

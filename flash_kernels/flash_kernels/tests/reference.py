@@ -21,9 +21,14 @@ ABS_SLACK = {torch.float16: 1e-4, torch.bfloat16: 1e-4, torch.float32: 1e-5}
 
 
 def attention_ref(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
-                  softmax_scale=None, seqlens_k=None, upcast=True):
+                  softmax_scale=None, seqlens_k=None, key_leftpad=None, dropout_mask=None,
+                  dropout_p=0.0, upcast=True, return_probs=False):
     """q (b, sq, hq, d); k, v (b, sk, hk, d). Returns (out, lse) with out in q's dtype
-    (float32 when upcast). seqlens_k (b,) limits the keys of each batch row (KV cache)."""
+    (float32 when upcast). seqlens_k (b,) limits the keys of each batch row (KV cache);
+    key_leftpad (b,) masks the keys before it (a left-padded cache, positions unchanged).
+    dropout_mask (b, hq, sq, sk) bool keeps the probabilities where True, scaled by 1/(1-p);
+    the lse is that of the probabilities before dropout. return_probs adds the probabilities
+    (b, hq, sq, sk) before dropout as a third result."""
     dtype = torch.float32 if upcast else q.dtype
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     batch, seqlen_q, nheads_q, head_dim = q.shape
@@ -42,6 +47,8 @@ def attention_ref(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, alibi_
     cols = torch.arange(seqlen_k, device=q.device).view(1, 1, 1, -1)
     key_pos = rows + sk_b - seqlen_q  # bottom-right alignment
     keep = cols < sk_b
+    if key_leftpad is not None:
+        keep = keep & (cols >= key_leftpad.long().view(batch, 1, 1, 1))
     left, right = window
     if causal:
         right = 0
@@ -57,8 +64,11 @@ def attention_ref(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, alibi_
     lse = torch.logsumexp(scores.float(), dim=-1)
     attn = torch.softmax(scores, dim=-1).to(v.dtype)
     attn = attn.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)  # rows that see no key
+    probs = attn
+    if dropout_mask is not None:
+        attn = attn.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", attn, v)
-    return out, lse
+    return (out, lse, probs) if return_probs else (out, lse)
 
 
 def slack(ref: torch.Tensor, dtype: torch.dtype) -> float:
@@ -75,3 +85,26 @@ def check_close(name: str, ours: torch.Tensor, ref: torch.Tensor, pt: torch.Tens
     bound = 2 * pt_err + slack(ref, dtype)
     assert err <= bound, (f"{name}: max error {err:.3e} > bound {bound:.3e} "
                           f"(2 x torch-in-{dtype} error {pt_err:.3e} + slack)")
+
+
+def rotary_ref(x, cos, sin, positions, interleaved: bool, upcast: bool = True):
+    """x (b, s, h, d) rotated at positions (b, s) (long) by cos/sin (seqlen_ro, rotary_dim / 2),
+    in float32 (round to x's dtype to compare with a kernel that rounds once), or with upcast
+    False in x's dtype throughout (the "same computation in the input dtype"). Positions past
+    the table are left unrotated, as the kernels do."""
+    half = cos.shape[1]
+    rot = 2 * half
+    dtype = torch.float32 if upcast else x.dtype
+    x32 = x.to(dtype)
+    in_range = (positions < cos.shape[0]).unsqueeze(-1)
+    idx = positions.clamp(max=cos.shape[0] - 1)
+    c = torch.where(in_range, cos.to(dtype)[idx], 1.0).unsqueeze(2)  # (b, s, 1, half)
+    s_ = torch.where(in_range, sin.to(dtype)[idx], 0.0).unsqueeze(2)
+    xr = x32[..., :rot]
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((x1 * c - x2 * s_, x2 * c + x1 * s_), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xr[..., :half], xr[..., half:]
+        out = torch.cat((x1 * c - x2 * s_, x2 * c + x1 * s_), dim=-1)
+    return torch.cat((out, x32[..., rot:]), dim=-1)

@@ -12,29 +12,18 @@ import pytest
 import torch
 
 import flash_kernels as fk
-from flash_kernels.errors import BackendUnavailableError
 
+from .params import GPU
+from .params import call as _call
+from .params import maybe_gpu as _maybe_gpu
 from .reference import attention_ref, check_close
 
-GPU = pytest.mark.gpu
 CPU_DTYPES = (torch.float16, torch.float32)
 CPU_HEAD_DIMS = (40, 64)
 CPU_SEQLENS = ((1, 239), (113, 203), (128, 217), (17, 1), (239, 64))
 CPU_FP32_SEQLENS = ((113, 203), (17, 1))
 HEAD_DIMS = (40, 64, 80, 96, 128, 192, 256)
 SEQLENS = CPU_SEQLENS + ((512, 512), (1024, 777), (1, 2049))
-
-
-def _maybe_gpu(*params, cpu: bool):
-    return pytest.param(*params, marks=() if cpu else GPU)
-
-
-def _call(fn, *args, **kwargs):
-    """Run fn; a forced backend that cannot take this call is a skip with its reason."""
-    try:
-        return fn(*args, **kwargs)
-    except BackendUnavailableError as e:
-        pytest.skip(str(e))
 
 
 def _inputs(device, dtype, batch, seqlen_q, seqlen_k, nheads_q, nheads_k, head_dim):
@@ -194,72 +183,6 @@ def test_varlen(backend, device, dtype, head_dim, causal, heads, window):
     check_close("out", out, out_ref, out_pt, dtype)
     for name, a, r, p in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt):
         check_close(name, a, r, p, dtype)
-
-
-def _kvcache_params():
-    for dtype, hd, sq, heads, new, causal, splits in itertools.product(
-            (torch.float16, torch.bfloat16), (64, 128), (1, 4), ((4, 4), (8, 2)), (0, 3),
-            (False, True), (0, 1, 3)):
-        cpu = dtype == torch.float16 and hd == 64 and splits != 1 and heads == (8, 2)
-        yield _maybe_gpu(dtype, hd, sq, heads, new, causal, splits, cpu=cpu)
-
-
-@pytest.mark.parametrize("dtype,head_dim,seqlen_q,heads,seqlen_new,causal,num_splits",
-                         list(_kvcache_params()))
-def test_kvcache(backend, device, dtype, head_dim, seqlen_q, heads, seqlen_new, causal, num_splits):
-    torch.manual_seed(seqlen_q + seqlen_new)
-    batch, cache_len = 3, 300
-    nheads_q, nheads_k = heads
-    q = torch.randn(batch, seqlen_q, nheads_q, head_dim, device=device, dtype=dtype)
-    # Slots past each sequence's end hold NaN: a kernel that reads them would return NaN.
-    k_cache = torch.full((batch + 1, cache_len, nheads_k, head_dim), float("nan"), device=device,
-                         dtype=dtype)
-    v_cache = k_cache.clone()
-    cache_seqlens = torch.tensor([0, 211, 37], dtype=torch.int32, device=device)
-    batch_idx = torch.tensor([2, 0, 3], dtype=torch.int32, device=device)
-    for b in range(batch):
-        n = int(cache_seqlens[b])
-        k_cache[batch_idx[b], :n] = torch.randn(n, nheads_k, head_dim, device=device, dtype=dtype)
-        v_cache[batch_idx[b], :n] = torch.randn(n, nheads_k, head_dim, device=device, dtype=dtype)
-    k_new = v_new = None
-    if seqlen_new:
-        k_new = torch.randn(batch, seqlen_new, nheads_k, head_dim, device=device, dtype=dtype)
-        v_new = torch.randn(batch, seqlen_new, nheads_k, head_dim, device=device, dtype=dtype)
-    rows = batch_idx.long()
-    k_expect = k_cache[rows].clone()
-    v_expect = v_cache[rows].clone()
-    for b in range(batch):
-        if seqlen_new:
-            n = int(cache_seqlens[b])
-            k_expect[b, n:n + seqlen_new] = k_new[b]
-            v_expect[b, n:n + seqlen_new] = v_new[b]
-
-    out, lse = _call(fk.flash_attn_with_kvcache, q, k_cache, v_cache, k_new, v_new,
-                     cache_seqlens=cache_seqlens, cache_batch_idx=batch_idx, causal=causal,
-                     num_splits=num_splits, return_softmax_lse=True)
-    seqlens_k = cache_seqlens + seqlen_new
-    assert torch.equal(k_cache[rows].nan_to_num(7.0), k_expect.nan_to_num(7.0)), "k not appended"
-    assert torch.equal(v_cache[rows].nan_to_num(7.0), v_expect.nan_to_num(7.0)), "v not appended"
-    k_ref, v_ref = k_expect.nan_to_num(0.0), v_expect.nan_to_num(0.0)
-    out_ref, lse_ref = attention_ref(q, k_ref, v_ref, causal=causal, seqlens_k=seqlens_k)
-    out_pt, _ = attention_ref(q, k_ref, v_ref, causal=causal, seqlens_k=seqlens_k, upcast=False)
-    check_close("out", out, out_ref, out_pt, dtype)
-    finite = torch.isfinite(lse_ref)
-    assert torch.equal(torch.isinf(lse), ~finite)
-    assert (lse[finite] - lse_ref[finite]).abs().max().item() < 1e-3 * max(1.0, lse_ref[finite].abs().max().item())
-
-
-def test_kvcache_seqlens_past_cache_end(backend, device):
-    """Without an append, a cache_seqlens past the cache end reads as the cache length."""
-    torch.manual_seed(5)
-    q = torch.randn(2, 1, 4, 64, device=device, dtype=torch.float16)
-    k_cache = torch.randn(2, 150, 2, 64, device=device, dtype=torch.float16)
-    v_cache = torch.randn(2, 150, 2, 64, device=device, dtype=torch.float16)
-    too_long = torch.tensor([150, 999], dtype=torch.int32, device=device)
-    out = _call(fk.flash_attn_with_kvcache, q, k_cache, v_cache, cache_seqlens=too_long)
-    out_ref, _ = attention_ref(q, k_cache, v_cache)
-    out_pt, _ = attention_ref(q, k_cache, v_cache, upcast=False)
-    check_close("out", out, out_ref, out_pt, torch.float16)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU)])

@@ -54,9 +54,24 @@ def test_wrong_rank(device):
         fk.flash_attn_func(q[0], k[0], v[0])
 
 
-def test_dropout_not_implemented(device):
-    with pytest.raises(NotImplementedError, match="dropout"):
-        fk.flash_attn_func(*_qkv(device), dropout_p=0.1)
+@pytest.mark.parametrize("p", [-0.1, 1.0])
+def test_bad_dropout(device, p):
+    with pytest.raises(UnsupportedInputError, match="dropout_p"):
+        fk.flash_attn_func(*_qkv(device), dropout_p=p)
+
+
+def test_dropout_goes_to_triton_with_reason(device, monkeypatch):
+    """The CUDA path has no dropout: auto routes it to Triton, a forced cuda names the reason."""
+    q, k, v = _qkv(device)
+    features = dispatch.Features(causal=False, window_size=(-1, -1), softcap=0.0,
+                                 alibi_slopes=None, dropout_p=0.1, is_varlen=False)
+    reason = dispatch.cuda_unsupported_reason(q, k, v, features)
+    assert reason  # on every machine: no extension, no GPU, or no dropout in the CUDA kernels
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "auto")
+    assert dispatch.choose_backend(q, k, v, features) == "triton"
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "cuda")
+    with pytest.raises(BackendUnavailableError, match="cannot run this call"):
+        fk.flash_attn_func(q, k, v, dropout_p=0.1)
 
 
 def test_bad_window(device):
@@ -76,12 +91,38 @@ def test_varlen_bad_cu_seqlens(device):
         fk.flash_attn_varlen_func(q, q, q, cu, cu, 10, 10)
 
 
-def test_kvcache_unsupported_options(device):
+def test_kvcache_bad_rotary(device):
     q, k, v = _qkv(device, shape=(1, 1, 2, 64), kshape=(1, 16, 2, 64))
-    with pytest.raises(NotImplementedError, match="rotary_cos"):
-        fk.flash_attn_with_kvcache(q, k, v, rotary_cos=torch.ones(1, device=device))
-    with pytest.raises(NotImplementedError, match="block_table"):
-        fk.flash_attn_with_kvcache(q, k, v, block_table=torch.zeros(1, 1, device=device))
+    kn = torch.randn(1, 1, 2, 64, device=device).half()
+    cos = torch.ones(16, 16, device=device).half()
+    with pytest.raises(UnsupportedInputError, match="need the new k and v"):
+        fk.flash_attn_with_kvcache(q, k, v, rotary_cos=cos, rotary_sin=cos, cache_seqlens=3)
+    with pytest.raises(UnsupportedInputError, match="together"):
+        fk.flash_attn_with_kvcache(q, k, v, kn, kn, rotary_cos=cos, cache_seqlens=3)
+    with pytest.raises(UnsupportedInputError, match="cover the cache"):
+        fk.flash_attn_with_kvcache(q, k, v, kn, kn, rotary_cos=cos[:8], rotary_sin=cos[:8], cache_seqlens=3)
+    wide = torch.ones(16, 40, device=device).half()
+    with pytest.raises(UnsupportedInputError, match="rotary_dim"):
+        fk.flash_attn_with_kvcache(q, k, v, kn, kn, rotary_cos=wide, rotary_sin=wide, cache_seqlens=3)
+
+
+def test_kvcache_bad_paged_layout(device):
+    q = torch.randn(2, 1, 4, 64, device=device).half()
+    pool = torch.randn(6, 16, 2, 64, device=device).half()
+    table = torch.zeros(2, 3, dtype=torch.int32, device=device)
+    with pytest.raises(UnsupportedInputError, match="block_table must be a torch"):
+        fk.flash_attn_with_kvcache(q, pool, pool, block_table=table.long())
+    with pytest.raises(UnsupportedInputError, match="batch=2"):
+        fk.flash_attn_with_kvcache(q, pool, pool, block_table=table[:1])
+    odd = torch.randn(6, 24, 2, 64, device=device).half()
+    with pytest.raises(UnsupportedInputError, match="multiple of 16"):
+        fk.flash_attn_with_kvcache(q, odd, odd, block_table=table)
+    with pytest.raises(UnsupportedInputError, match="cache_batch_idx cannot be combined"):
+        fk.flash_attn_with_kvcache(q, pool, pool, block_table=table,
+                                   cache_batch_idx=torch.zeros(2, dtype=torch.int32, device=device))
+    with pytest.raises(UnsupportedInputError, match="cache_leftpad"):
+        fk.flash_attn_with_kvcache(q, pool, pool, block_table=table,
+                                   cache_leftpad=torch.zeros(2, dtype=torch.int64, device=device))
 
 
 def test_kvcache_append_overflow(device):
