@@ -117,22 +117,18 @@ def cuda_unsupported_reason(q, k, v, features: Features) -> Optional[str]:
 
 def _cuda_cache_reason(module, q, k_cache, v_cache, features: Features) -> Optional[str]:
     """The CUDA path's answer for a KV-cache call or a paged varlen call (k/v are caches)."""
-    if getattr(module, "kvcache_fwd", None) is None:
-        what = "KV-cache" if features.is_kvcache else "paged-KV varlen"
-        return f"the CUDA extension has no {what} path (flash_kernels._cuda.kvcache_fwd is missing)"
     if features.dropout_p:
         return f"dropout (p={features.dropout_p}) is not implemented in the CUDA path"
     left, right = features.window_size
     if features.is_varlen:
-        # Paged varlen: q's own checks as for any varlen call (k stands in for its page pool's
-        # rows), then the cache layout through the KV-cache check on a (1, total_q, h, d) view.
-        reason = module.unsupported_reason(
-            q, k_cache[0], v_cache[0], causal=features.causal, window_size=features.window_size,
+        # Paged varlen runs the general varlen forward with page addressing: the extension's own
+        # varlen check, told about the block table, says whether it takes the call.
+        return module.unsupported_reason(
+            q, k_cache, v_cache, causal=features.causal, window_size=features.window_size,
             softcap=features.softcap, alibi_slopes=features.alibi_slopes, dropout_p=0.0,
-            is_varlen=True)
-        if reason is not None:
-            return reason
-        q = q.unsqueeze(0)
+            is_varlen=True, block_table=features.block_table)
+    if getattr(module, "kvcache_fwd", None) is None:
+        return "the CUDA extension has no KV-cache path (flash_kernels._cuda.kvcache_fwd is missing)"
     return module.kvcache_unsupported_reason(
         q, k_cache, v_cache, block_table=features.block_table,
         cache_batch_idx=features.cache_batch_idx, cache_leftpad=features.cache_leftpad,

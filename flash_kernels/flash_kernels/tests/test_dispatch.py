@@ -50,15 +50,16 @@ def test_kvcache_reason_is_the_extensions():
     assert dispatch._cuda_cache_reason(fake, q, pool, pool, features) == "page size 16 is not compiled"
 
 
-def test_paged_varlen_asks_both_checks():
+def test_paged_varlen_asks_the_varlen_check_with_the_block_table():
     q = torch.zeros(40, 4, 64)
     pool = torch.zeros(6, 16, 2, 64)
     table = torch.zeros(3, 3, dtype=torch.int32)
     fake = FakeCuda()
     features = _features(is_varlen=True, block_table=table)
     assert dispatch._cuda_cache_reason(fake, q, pool, pool, features) is None
-    assert [c[0] for c in fake.calls] == ["varlen", "kvcache"]
-    assert fake.calls[1][1] == (1, 40, 4, 64)  # q seen as one sequence of the cache check
+    (kind, shape, kwargs), = fake.calls
+    assert kind == "varlen" and shape == (40, 4, 64)
+    assert kwargs["is_varlen"] is True and kwargs["block_table"] is table
     fake = FakeCuda(varlen_reason="head dim 36 is not a multiple of 8")
     assert dispatch._cuda_cache_reason(fake, q, pool, pool, features) == "head dim 36 is not a multiple of 8"
 
