@@ -84,7 +84,7 @@ def test_new_file_rename_and_exec_bit_change_the_hash(kit_repo):
 def test_what_is_not_an_input_does_not_change_the_hash(kit_repo):
     before = h(kit_repo)
     p = kit_repo / "envs" / f"{ENV}.yaml"
-    p.write_text("# a comment\n" + p.read_text().replace("notes: FACTS.md", "notes: See FACTS.md"))
+    p.write_text("# a comment\n" + p.read_text().replace("notes: This exact stack", "notes: Also, this exact stack"))
     kd = kit_repo / "flash_kernels"
     (kd / "flash_kernels" / "__pycache__").mkdir()
     (kd / "flash_kernels" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")

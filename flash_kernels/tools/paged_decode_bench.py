@@ -3,7 +3,7 @@ no append, bf16, page ids a random permutation (the scattered pages a real alloc
 
 Decode is bandwidth-bound: bytes = K + V read once = 2 * batch * cache_len * heads_k * d * 2 B.
 Each time is the median of triton.testing.do_bench over a CUDA-graph replay of 20 calls (the
-host path of one call costs more than its kernels, METHOD.md "many small launches"), divided
+host path of one call costs more than its kernels: many small launches are timed as a graph), divided
 by 20; "eager" is the median of plain back-to-back calls, host overhead included.
 
     python tools/paged_decode_bench.py [--pages 16 32 64 128 256] [--json PATH]

@@ -8,7 +8,7 @@ background with its own log file and wait for the socket.
 Builds go through a docker CLI because the SDK has no BuildKit support. Which
 CLI is probed, not guessed from its path: the first ``docker`` on PATH may be a
 newer client that refuses ``DOCKER_BUILDKIT=1`` without the buildx plugin, while
-an older one on the same PATH builds with BuildKit built in (see FACTS.md).
+an older one on the same PATH builds with BuildKit built in (Debian 12: the docker.io 20.10 client).
 """
 
 from __future__ import annotations

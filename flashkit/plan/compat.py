@@ -32,7 +32,7 @@ TORCH_PYTHONS: dict[str, tuple[str, ...]] = {
 }
 
 # CUDA version the default Linux x86_64 torch wheel on PyPI is built with, per torch series.
-# Source: FACTS.md (2026-11-30), re-checked for 2.6-2.15 against the wheels' dependencies (2.6-2.10:
+# Source: the wheels on PyPI as measured on 2026-11-30, re-checked for 2.6-2.15 against the wheels' dependencies (2.6-2.10:
 # nvidia-cuda-runtime-cu12==12.4/12.6/12.8; 2.11-2.14: cuda-toolkit==13.0.x; 2.15: cuda-toolkit==13.2.2).
 TORCH_DEFAULT_CUDA: dict[str, str] = {
     "2.4": "12.1",
@@ -138,7 +138,7 @@ DEBIAN_SUITES: dict[str, DebianSuite] = {
 }
 
 # The PyPI nvcc wheels: only the CUDA 13 series ships the nvcc driver (the -cu12 wheels carry ptxas
-# and libnvvm only, FACTS.md). nvcc, nvvm and crt must share one exact version.
+# and libnvvm only, as measured on the build host). nvcc, nvvm and crt must share one exact version.
 PYPI_NVCC_MIN_MAJOR = 13
 PYPI_NVCC_SAME_VERSION = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt")
 

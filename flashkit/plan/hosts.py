@@ -1,4 +1,4 @@
-"""What this project's hosts can do with an env, derived from measured host facts (FACTS.md).
+"""What this project's hosts can do with an env, derived from measured host facts (listed below).
 
 The statement is computed, not hand-written per env, so it stays true when an env changes. Facts:
 - Build host: no GPU; reaches PyPI and Debian's mirror only (no Docker Hub, nvcr.io, quay); base
