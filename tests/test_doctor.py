@@ -577,9 +577,9 @@ def test_env_image_fits_through_its_lockfile_cuda(specs):
     """torch 2.7.1 from PyPI is cu126 beside the env's nvcc 12.4: the env's own image fits it."""
     if _env(specs, "cu124-torch27") is None:
         pytest.skip("envs/cu124-torch27.yaml not present")
-    lock = REPO / "lockfiles" / "cu124-torch27.txt"
+    lock = REPO / "lockfiles" / "cu124-torch27" / "py3.13.txt"
     if not lock.is_file():
-        pytest.skip("lockfiles/cu124-torch27.txt not present")
+        pytest.skip("lockfiles/cu124-torch27/py3.13.txt not present")
     assert repo.lock_cuda_runtime(lock.read_text()) == "12.6"
     own = facts(python="3.13.5", torch=torch_facts())
     rec = doctor.diagnose(own, specs=specs, lock_cuda={"cu124-torch27": "12.6"}).recommendation
