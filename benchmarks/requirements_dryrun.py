@@ -115,7 +115,10 @@ def report(env_id: str, pips: list[dict], uvs: list[dict], cov: production.Cover
     lines = [f"# {env_id}: dry-run installs of the production requirements, every covered Python", ""]
     lines += [f"Covered: {', '.join(cov.covered)}" + "".join(f"; not {p}: {w}" for p, w in cov.not_covered), ""]
     lines += ["Produced by `python3 benchmarks/requirements_dryrun.py " + env_id + "` (see its docstring).", ""]
-    lines += ["| Python | pip | how | file | exit | packages | downloaded | seconds |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| Python | pip | how | file | exit | packages | downloaded | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in pips:
         lines.append(f"| {r['py']} | {r['pip']} | {r['how']} | `{r['req']}` | {r['rc']} | {r['n']} | "
                      f"{r['mb'] / 1024:.2f} GB | {r['s']:.0f} |")  # fmt: skip

@@ -147,7 +147,11 @@ def test_checker_catches_drift_in_another_pythons_file():
 
 def test_only_the_images_own_set_is_an_input_of_the_image(kit_repo):
     before = load_plan(kit_repo, "cu124-torch27").input_hash
-    for rel in ("lockfiles/cu124-torch27/py3.12.txt", "lockfiles/cu124-torch27/py3.9.txt", "lockfiles/cu124-torch27.txt"):
+    for rel in (
+        "lockfiles/cu124-torch27/py3.12.txt",
+        "lockfiles/cu124-torch27/py3.9.txt",
+        "lockfiles/cu124-torch27.txt",
+    ):
         p = kit_repo / rel
         p.write_text(p.read_text() + "# edited\n")
     assert load_plan(kit_repo, "cu124-torch27").input_hash == before

@@ -98,7 +98,9 @@ def test_every_pin_installs_on_the_python_by_hash(spec, python, tmp_path):
         else:
             chosen[pin.name] = f
     assert missing == {}, f"{spec.id} on Python {python}"
-    assert "torch" in chosen and chosen["torch"]["filename"].startswith(f"torch-{spec.torch}-cp{python.replace('.', '')}")
+    assert "torch" in chosen and chosen["torch"]["filename"].startswith(
+        f"torch-{spec.torch}-cp{python.replace('.', '')}"
+    )
 
     small = [p for p in pins if chosen[p.name].get("size", 0) < SMALL]
     req = tmp_path / "small.txt"
