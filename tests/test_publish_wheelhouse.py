@@ -203,12 +203,13 @@ def test_requirements_are_deterministic(setup, tmp_path):
 def test_real_lock_resolves_and_its_hashes_match_pypi(tmp_path, python_version):
     """The torch half of cu130-torch211's production requirements, for the build host's Python (3.11) and the
     GPU host's (3.12): pip resolves every pin and checks every downloaded wheel against its hash (about 3 GB
-    the first time; pip's cache afterwards). The flash_kernels line needs a verified build, so it is not here."""
+    the first time; pip's cache afterwards). The per-Python file: pip evaluates markers against the
+    interpreter that runs it, not --python-version. The flash_kernels line needs a verified build, so it is not here."""
     from kitsupport import REPO
 
     py = fresh_venv(tmp_path / "venv")
     res = pip(py, "install", "--dry-run", "--ignore-installed", "--require-hashes", "--only-binary=:all:",
               "--python-version", python_version, "--target", str(tmp_path / "t"),
-              "-r", str(REPO / "lockfiles" / f"{ENV}.txt"))  # fmt: skip
+              "-r", str(REPO / "lockfiles" / ENV / f"py{python_version}.txt"))  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "torch-2.11.0" in res.stdout
