@@ -99,7 +99,7 @@ def _delegate(command: str):
 
 
 for _env in ENVS:
-    _env_session("lock", _env, f"Resolve lockfiles/{_env}.txt with hashes (needs PyPI).", _lock)
+    _env_session("lock", _env, f"Resolve lockfiles/{_env}/ for every Python (needs PyPI).", _lock)
     _env_session("render", _env, f"Render {_env}'s Dockerfile to {RENDER_DIR}/.", _render)
     _env_session("build", _env, f"Build {_env}'s images and wheel (docker, BuildKit).", _delegate("build"))
     _env_session(

@@ -27,7 +27,7 @@ from flashkit.ledger.registry_api import RegistryAPI, Target
 
 ENV = "cu130-torch211"
 SPEC = f"envs/{ENV}.yaml"
-LOCK = f"lockfiles/{ENV}.txt"
+LOCK = f"lockfiles/{ENV}/py3.11.txt"  # the image's own set (its Python is 3.11)
 TEMPLATE = "templates/Dockerfile.j2"
 
 
@@ -229,10 +229,26 @@ CASES: dict[str, Case] = {
     ),
     "lock-is-a-directory": Case(replace_with(LOCK, "dir"), ("hash", ENV), 5, (LOCK, "directory")),
     "build-lock-too-large": Case(
-        append_bytes(f"lockfiles/{ENV}.build.txt", b"#" * (5 << 20)),
+        append_bytes(f"lockfiles/{ENV}/build.txt", b"#" * (5 << 20)),
         ("hash", ENV),
         5,
-        (f"lockfiles/{ENV}.build.txt", "larger than"),
+        (f"lockfiles/{ENV}/build.txt", "larger than"),
+    ),
+    # -- production requirements (not inputs of the image: render still works, these commands refuse)
+    "merged-lock-not-utf8": Case(
+        append_bytes(f"lockfiles/{ENV}.txt", b"# \xff\n"),
+        ("requirements", ENV, "--python", "3.12"),
+        5,
+        (f"lockfiles/{ENV}.txt", "not UTF-8"),
+    ),
+    "python-lock-is-a-directory": Case(
+        replace_with(f"lockfiles/{ENV}/py3.12.txt", "dir"),
+        ("validate",),
+        5,
+        (f"lockfiles/{ENV}/py3.12.txt", "directory"),
+    ),
+    "python-not-covered": Case(
+        None, ("requirements", ENV, "--python", "3.9"), 26, ("do not cover Python 3.9", "torch 2.11.0 has no wheels")
     ),
     # -- the template
     "template-not-utf8": Case(append_bytes(TEMPLATE, b"\n# \xfe\n"), ("render", ENV), 3, (TEMPLATE, "not UTF-8")),

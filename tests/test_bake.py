@@ -112,7 +112,7 @@ def test_ci_matrix_gpu_rows_only_for_cuda_with_a_runner(kit_repo):
 
 def test_ci_matrix_hash_follows_the_lockfile(kit_repo):
     before, _ = ci_matrix.select(_plans(kit_repo, ["cu130-torch211"]), True, runner="r", gpu_runner=None)
-    lock = kit_repo / "lockfiles" / "cu130-torch211.txt"
+    lock = kit_repo / "lockfiles" / "cu130-torch211" / "py3.11.txt"
     lock.write_text(lock.read_text() + "# changed\n")
     after, _ = ci_matrix.select(_plans(kit_repo, ["cu130-torch211"]), True, runner="r", gpu_runner=None)
     assert before["include"][0]["input_hash"] != after["include"][0]["input_hash"]

@@ -577,12 +577,44 @@ def test_env_image_fits_through_its_lockfile_cuda(specs):
     """torch 2.7.1 from PyPI is cu126 beside the env's nvcc 12.4: the env's own image fits it."""
     if _env(specs, "cu124-torch27") is None:
         pytest.skip("envs/cu124-torch27.yaml not present")
-    lock = REPO / "lockfiles" / "cu124-torch27.txt"
+    lock = REPO / "lockfiles" / "cu124-torch27" / "py3.13.txt"
     if not lock.is_file():
-        pytest.skip("lockfiles/cu124-torch27.txt not present")
+        pytest.skip("lockfiles/cu124-torch27/py3.13.txt not present")
     assert repo.lock_cuda_runtime(lock.read_text()) == "12.6"
     own = facts(python="3.13.5", torch=torch_facts())
     rec = doctor.diagnose(own, specs=specs, lock_cuda={"cu124-torch27": "12.6"}).recommendation
     assert rec.env == "cu124-torch27" and rec.exact and rec.add_spec is None
     without = doctor.diagnose(own, specs=specs).recommendation
     assert without.env == "cu124-torch27" and not without.exact
+
+
+def test_recommendation_gives_the_install_command_for_the_inspected_python():
+    """torch 2.7.1+cu126 on Python 3.10: cu124-torch27, with the file resolved for 3.10 (issue 18)."""
+    found = repo.load(REPO)
+    kw = {"specs": found.specs, "lockfiles": found.lockfiles, "requirements": found.requirements}
+    diag = doctor.diagnose(facts(python="3.10.4", torch=torch_facts()), lock_cuda={"cu124-torch27": "12.6"}, **kw)
+    rec = diag.recommendation
+    assert rec.env == "cu124-torch27" and rec.lockfile == "lockfiles/cu124-torch27/py3.10.txt"
+    assert rec.install == (
+        "pip install --require-hashes -r lockfiles/cu124-torch27/py3.10.txt",
+        "uv pip sync --require-hashes lockfiles/cu124-torch27/py3.10.txt",
+    )
+    assert rec.python_note is None and "python-not-covered" not in {f.code for f in diag.findings}
+    # torch 2.11 on Python 3.9: no torch 2.11 wheel exists for it; doctor says so and gives no command.
+    diag = doctor.diagnose(facts(python="3.9.18", torch=torch_facts("2.11.0+cu130", "13.0")), **kw)
+    rec = diag.recommendation
+    assert rec.env == "cu130-torch211" and rec.install == () and rec.lockfile == "lockfiles/cu130-torch211.txt"
+    assert (
+        rec.python_note
+        == "Python 3.9 is not covered: torch 2.11.0 has no wheels for Python 3.9 (covered: 3.10, 3.11, 3.12, 3.13, 3.14)"
+    )
+    (w,) = [f for f in diag.findings if f.code == "python-not-covered"]
+    assert w.severity == "warning" and "torch 2.11.0 has no wheels" in w.cause
+
+
+def test_without_torch_the_env_covering_this_python_is_preferred():
+    found = repo.load(REPO)
+    rec = doctor.diagnose(
+        facts(python="3.9.18"), specs=found.specs, lockfiles=found.lockfiles, requirements=found.requirements
+    ).recommendation
+    assert "3.9" in found.requirements[rec.env].covered and rec.install

@@ -27,7 +27,7 @@ def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_pa
         if p.is_file() and "build" not in p.parts and "__pycache__" not in p.parts
     )
     assert files == sorted(
-        ["Dockerfile", "lockfiles/cu130-torch211.txt", "lockfiles/cu130-torch211.build.txt", *sources]
+        ["Dockerfile", "lockfiles/cu130-torch211/py3.11.txt", "lockfiles/cu130-torch211/build.txt", *sources]
     )
     assert "flash_kernels/build/lib/junk.so" not in files and len(sources) >= 3
     # The bytes in the context are the bytes that were hashed, even if the tree changes afterwards.

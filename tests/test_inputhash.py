@@ -47,8 +47,8 @@ def _flip_last_byte(path: Path) -> None:
 @pytest.mark.parametrize(
     "target",
     [
-        "lockfiles/cu124-torch27.txt",
-        "lockfiles/cu124-torch27.build.txt",
+        "lockfiles/cu124-torch27/py3.13.txt",
+        "lockfiles/cu124-torch27/build.txt",
         "templates/Dockerfile.j2",
         "flash_kernels/csrc/kernel.cu",
         "flash_kernels/pyproject.toml",
@@ -94,7 +94,7 @@ def test_what_is_not_an_input_does_not_change_the_hash(kit_repo):
     (kd / "flash_kernels.egg-info").mkdir()
     (kd / "flash_kernels.egg-info" / "PKG-INFO").write_text("x")
     # another env's lockfile is not this env's input
-    _flip_last_byte(kit_repo / "lockfiles" / "cu124-torch26.txt")
+    _flip_last_byte(kit_repo / "lockfiles" / "cu124-torch26" / "py3.13.txt")
     assert h(kit_repo) == before
 
 

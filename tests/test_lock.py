@@ -1,5 +1,5 @@
-"""Lockfiles: the committed ones are consistent with their specs (offline); the checker catches drift;
-re-locking (network) is reproducible byte for byte."""
+"""The image's lockfiles: the committed ones are consistent with their specs (offline); the checker catches
+drift; re-locking (network) is reproducible byte for byte. The other Pythons' sets: tests/test_production.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.plan import lock, resolve
+from flashkit.plan import lock, production, resolve
 from flashkit.plan.plan import read_locks
 from flashkit.plan.specfile import load_all, load_env
 
@@ -17,7 +17,7 @@ SPECS = load_all(REPO)
 
 @pytest.mark.parametrize("spec", SPECS, ids=[str(s.id) for s in SPECS])
 def test_committed_lockfiles_are_consistent(spec):
-    texts = read_locks(REPO, str(spec.id))
+    texts = read_locks(REPO, str(spec.id), spec.python)
     assert lock.check(spec, texts.runtime, texts.build) == []
     pins, problems = lock.parse(texts.runtime)
     assert not problems and pins
@@ -30,7 +30,7 @@ def test_committed_lockfiles_are_consistent(spec):
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.compiler.source == "pypi"], ids=lambda s: str(s.id))
 def test_pypi_toolchain_pins_share_one_version(spec):
-    texts = read_locks(REPO, str(spec.id))
+    texts = read_locks(REPO, str(spec.id), spec.python)
     pins = {p.name: p.version for p in lock.parse(texts.build)[0] + lock.parse(texts.runtime)[0]}
     assert pins["nvidia-cuda-nvcc"] == pins["nvidia-nvvm"] == pins["nvidia-cuda-crt"] == spec.compiler.version
     assert pins["nvidia-cuda-cccl"].startswith(spec.compiler.version.rsplit(".", 1)[0] + ".")
@@ -40,7 +40,7 @@ def test_pypi_toolchain_pins_share_one_version(spec):
 
 def _spec_and_texts(env="cu130-torch211"):
     spec = load_env(REPO, env)
-    return spec, read_locks(REPO, str(spec.id))
+    return spec, read_locks(REPO, str(spec.id), spec.python)
 
 
 def test_checker_catches_a_missing_hash():
@@ -96,7 +96,7 @@ def test_header_has_no_timestamp_and_names_the_command():
 
 def test_lock_check_command(kit_repo, cli):
     assert cli("--repo", str(kit_repo), "lock", "--all", "--check").code == 0
-    p = kit_repo / "lockfiles" / "cu124-torch27.txt"
+    p = kit_repo / "lockfiles" / "cu124-torch27" / "py3.13.txt"
     p.write_text(p.read_text().replace("torch==2.7.1", "torch==2.7.0"))
     res = cli("--repo", str(kit_repo), "lock", "cu124-torch27", "--check")
     assert res.code == 5 and "torch==2.7.0 in the lock but the spec says 2.7.1" in res.err
@@ -106,28 +106,56 @@ def test_lock_check_command(kit_repo, cli):
 @pytest.mark.network
 @pytest.mark.parametrize("env", ["cu124-torch27", "cu130-torch211", "rocm64-torch27"])
 def test_relocking_reproduces_the_committed_bytes(env):
+    """Every file: the image's two, every other Python's set and the merged file (uv, about 10 s an env)."""
     spec = load_env(REPO, env)
-    texts = resolve.resolve(spec)
-    committed = read_locks(REPO, str(spec.id))
-    assert texts == committed
+    res = resolve.resolve(spec)
+    assert res.image == read_locks(REPO, str(spec.id), spec.python)
+    assert res.production == production.read(REPO, spec)
 
 
-def test_lock_writes_both_files_or_neither(kit_repo, monkeypatch):
+def _resolved(repo, spec):
+    texts = read_locks(repo, str(spec.id), spec.python)
+    return resolve.Resolved(texts, production.read(repo, spec))
+
+
+def test_lock_writes_every_file_or_none(kit_repo, monkeypatch):
     from flashkit.core import atomic
 
     spec = load_env(kit_repo, "cu124-torch27")
-    before = {p.name: p.read_bytes() for p in (kit_repo / "lockfiles").iterdir()}
+    new = _resolved(kit_repo, spec)
+    new = resolve.Resolved(
+        lock.LockTexts("new runtime\n", "new build\n"),
+        production.Production({**new.production.sets, "3.12": "new 3.12\n"}, {}, "new merged\n"),
+    )
+    before = {p: p.read_bytes() for p in (kit_repo / "lockfiles").rglob("*") if p.is_file()}
     calls = []
     real = atomic._stage
 
-    def failing_second(path, text):
+    def failing_third(path, text):
         calls.append(path)
-        if len(calls) == 2:
+        if len(calls) == 3:
             raise OSError("disk full")
         return real(path, text)
 
-    monkeypatch.setattr(atomic, "_stage", failing_second)
+    monkeypatch.setattr(atomic, "_stage", failing_third)
     with pytest.raises(OSError):
-        resolve.write(kit_repo, spec, lock.LockTexts("new runtime\n", "new build\n"))
-    after = {p.name: p.read_bytes() for p in (kit_repo / "lockfiles").iterdir()}
+        resolve.write(kit_repo, spec, new)
+    after = {p: p.read_bytes() for p in (kit_repo / "lockfiles").rglob("*") if p.is_file()}
     assert after == before  # no temp files left, no file replaced
+
+
+def test_lock_write_removes_sets_of_pythons_no_longer_covered(kit_repo):
+    spec = load_env(kit_repo, "cu124-torch27")
+    old = _resolved(kit_repo, spec)
+    sets = {py: t for py, t in old.production.sets.items() if py != "3.9"}
+    why = {"3.9": "test: no wheels"}
+    written = resolve.write(
+        kit_repo,
+        spec,
+        resolve.Resolved(old.image, production.Production(sets, why, production.merge(spec, sets, why))),
+    )
+    folder = kit_repo / "lockfiles" / "cu124-torch27"
+    assert not (folder / "py3.9.txt").exists() and (folder / "py3.10.txt").exists()
+    assert kit_repo / "lockfiles" / "cu124-torch27.txt" in written
+    assert production.check(spec, production.read(kit_repo, spec)) == []
+    assert "# python 3.9: not covered: test: no wheels" in (kit_repo / "lockfiles" / "cu124-torch27.txt").read_text()

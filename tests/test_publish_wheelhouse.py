@@ -57,7 +57,10 @@ def setup(kit_repo, cli, tmp_path):
     """kit_repo whose env locks one real dependency wheel, with a cached build result and a ledger."""
     deps = tmp_path / "deps"
     dep = make_wheel(deps, "toydep", "1.0", "toydep")
-    (kit_repo / "lockfiles" / f"{ENV}.txt").write_text(
+    # The image's own set (Python 3.11) locks the toy dependency; the other Pythons' sets are left out.
+    for p in [kit_repo / "lockfiles" / f"{ENV}.txt", *(kit_repo / "lockfiles" / ENV).glob("py*.txt")]:
+        p.unlink()
+    (kit_repo / "lockfiles" / ENV / "py3.11.txt").write_text(
         f"# flashkit lock {ENV} (test)\ntoydep==1.0 \\\n    --hash=sha256:{sha(dep)}\n    # via test\n"
     )
     wheel = make_wheel(tmp_path / "exported", "flash_kernels", "0.1.0", "flash_kernels")
@@ -165,7 +168,7 @@ def test_gate_refusals_write_nothing(setup, tmp_path):
 def test_changed_lockfile_refuses(setup, tmp_path):
     s = setup
     s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
-    lock = s["repo"] / "lockfiles" / f"{ENV}.txt"
+    lock = s["repo"] / "lockfiles" / ENV / "py3.11.txt"
     lock.write_text(lock.read_text() + "# edited\n")
     r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(tmp_path / "wh"))
     assert r.code == 17 and "no wheel of its current input hash" in r.err
@@ -186,6 +189,7 @@ def test_requirements_are_deterministic(setup, tmp_path):
             [
                 f"{ENV}/files/SHA256SUMS",
                 f"{ENV}/files/{s['wheel'].name}",
+                f"{ENV}/py3.11.txt",
                 f"{ENV}/requirements.txt",
                 f"{ENV}/simple/flash-kernels/index.html",
                 f"{ENV}/simple/index.html",
@@ -199,12 +203,13 @@ def test_requirements_are_deterministic(setup, tmp_path):
 def test_real_lock_resolves_and_its_hashes_match_pypi(tmp_path, python_version):
     """The torch half of cu130-torch211's production requirements, for the build host's Python (3.11) and the
     GPU host's (3.12): pip resolves every pin and checks every downloaded wheel against its hash (about 3 GB
-    the first time; pip's cache afterwards). The flash_kernels line needs a verified build, so it is not here."""
+    the first time; pip's cache afterwards). The per-Python file: pip evaluates markers against the
+    interpreter that runs it, not --python-version. The flash_kernels line needs a verified build, so it is not here."""
     from kitsupport import REPO
 
     py = fresh_venv(tmp_path / "venv")
     res = pip(py, "install", "--dry-run", "--ignore-installed", "--require-hashes", "--only-binary=:all:",
               "--python-version", python_version, "--target", str(tmp_path / "t"),
-              "-r", str(REPO / "lockfiles" / f"{ENV}.txt"))  # fmt: skip
+              "-r", str(REPO / "lockfiles" / ENV / f"py{python_version}.txt"))  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "torch-2.11.0" in res.stdout

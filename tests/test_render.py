@@ -94,8 +94,8 @@ def test_structure(env):
     builder, runtime = _stage(text, "builder"), _stage(text, "runtime")
     assert "pip wheel --no-build-isolation --no-deps" in builder
     assert "--require-hashes --no-deps" in builder and "--require-hashes --no-deps" in runtime
-    assert f"source=lockfiles/{env}.txt" in runtime
-    assert f"lockfiles/{env}.build.txt" not in runtime
+    assert f"source=lockfiles/{env}/py{spec.python}.txt" in runtime
+    assert f"lockfiles/{env}/build.txt" not in runtime
     # Kernel sources are copied after every dependency install, so editing them rebuilds only the tail.
     assert builder.index("COPY flash_kernels/") > builder.rindex("--require-hashes")
     # Non-root user with a fixed uid; selftest by default.
@@ -110,7 +110,7 @@ def test_structure(env):
     assert "COPY" not in runtime.replace("COPY --from=builder /wheels/ /", "")
     # Labels: OCI plus the env's identity.
     h = input_hash(REPO, env)
-    texts = read_locks(REPO, env)
+    texts = read_locks(REPO, env, spec.python)
     for label in (
         "org.opencontainers.image.title",
         "org.opencontainers.image.version",

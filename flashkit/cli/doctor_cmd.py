@@ -178,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         glibc_policy=args.manylinux,
         repo_problem=found.problem,
         lock_cuda=found.lock_cuda,
+        requirements=found.requirements,
     )
     if args.json:
         sys.stdout.write(json.dumps(to_json(diagnosis, facts), indent=2, sort_keys=True) + "\n")
@@ -273,6 +274,10 @@ def _render_recommendation(rec: Recommendation | None, say) -> None:
     say(f"  {rec.reason}")
     say(f"  status: {rec.verification}")
     say(f"  lockfile: {rec.lockfile or 'none yet (run flashkit lock ' + rec.env + ')'}")
+    for i, command in enumerate(rec.install):
+        say(f"  {'install: ' if i == 0 else '     or: '}{command}")
+    if rec.python_note:
+        say(f"  requirements: {rec.python_note}")
     if rec.publish_tags:
         say(f"  image tags: {', '.join(rec.publish_tags)}")
     if rec.add_spec:

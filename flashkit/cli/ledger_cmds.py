@@ -8,14 +8,16 @@ from pathlib import Path
 from flashkit.cli.common import add_install_engine_option, plans, root, say
 from flashkit.cli.image_cmds import add_site_options, build_options
 from flashkit.core import paths
-from flashkit.core.errors import NotVerified, PublishRefused, RecordError, UsageError
+from flashkit.core.errors import LockError, NotVerified, PublishRefused, RecordError, UsageError
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
 from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheelhouse
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
 from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
+from flashkit.plan import production
 from flashkit.plan.envid import EnvId
+from flashkit.plan.lock import check_python
 from flashkit.plan.specfile import env_ids, load_env
 
 
@@ -133,11 +135,19 @@ def cmd_wheelhouse(args) -> int:
                 )
             wheel = Path(res.wheel_path)
         vw = wheelhouse.check_wheel(r, plan.env_id, plan.input_hash, wheel, policy)
-        checked.append((vw, plan.locks.runtime, f"lockfiles/{plan.env_id}.txt"))
+        prod = production.read(r, plan.spec)
+        # The image's own set is the one its input hash covers (the plan's bytes); the others are production
+        # sets, shipped only when consistent with the spec.
+        sets = {**prod.sets, plan.spec.python: plan.locks.runtime}
+        stale = [p for py in sets if py != plan.spec.python for p in check_python(plan.spec, py, sets[py])]
+        if stale:
+            raise LockError(f"{plan.env_id}: " + "; ".join(stale), hint=f"run `flashkit lock {plan.env_id}`")
+        checked.append((vw, wheelhouse.requirement_files(vw, sets, prod.not_covered)))
     out = args.out if args.out.is_absolute() else r / args.out
-    for vw, lock_text, lock_name in checked:
-        dest = wheelhouse.write_env_wheelhouse(out, vw, lock_text, lock_name)
-        say(f"{vw.env}: {dest}/requirements.txt ({vw.path.name} sha256 {vw.sha256})")
+    for vw, files in checked:
+        dest = wheelhouse.write_env_wheelhouse(out, vw, files)
+        pythons = sorted((f[2:-4] for f in files if f.startswith("py")), key=production.vkey)
+        say(f"{vw.env}: {dest}/requirements.txt for Python {', '.join(pythons)} ({vw.path.name} sha256 {vw.sha256})")
     return 0
 
 

@@ -1,9 +1,10 @@
-"""Planner commands: validate, matrix, render, lock, hash, lint, bake, ci-matrix. None needs docker."""
+"""Planner commands: validate, matrix, render, lock, requirements, hash, lint, bake, ci-matrix. None needs docker."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,10 +16,10 @@ from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
 from flashkit.ledger import gate, store
-from flashkit.plan import bake, ci_matrix, matrix, resolve, rules
+from flashkit.plan import bake, ci_matrix, matrix, production, resolve, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
-from flashkit.plan.specfile import load_all
+from flashkit.plan.specfile import load_all, load_env
 
 
 def write_output(target: str, text: str) -> None:
@@ -37,6 +38,15 @@ def write_output(target: str, text: str) -> None:
         raise UsageError(f"-o {target}: cannot write it: {exc.strerror or exc}") from None
 
 
+def _require_consistent_production(r: Path, spec) -> None:
+    problems = production.check(spec, production.read(r, spec))
+    if problems:
+        raise LockError(
+            f"{spec.id}: production requirements are inconsistent:\n  - " + "\n  - ".join(problems),
+            hint=f"run `flashkit lock {spec.id}` (needs PyPI) and commit the result",
+        )
+
+
 def cmd_validate(args) -> int:
     r = root(args)
     specs = load_all(r)
@@ -45,6 +55,7 @@ def cmd_validate(args) -> int:
         try:
             rules.require_accepted(s)
             plan_of(r, s).require_consistent_locks()
+            _require_consistent_production(r, s)
         except FlashkitError as exc:
             problems.append(exc)
     for s in specs:
@@ -66,13 +77,18 @@ def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
             plan: Plan | None = plan_of(r, spec)
         except LockError:
             plan = None
+        try:
+            prod = production.read(r, spec)
+            prod_problems = tuple(production.check(spec, prod))
+        except LockError as exc:
+            prod, prod_problems = production.Production({}), (str(exc).splitlines()[0],)
         status = "not verified"
         if plan is not None:
             try:
                 status = gate.status(store.load(r, str(spec.id)), plan.input_hash)
             except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
                 status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
-        rows.append(matrix.row(spec, plan, status))
+        rows.append(matrix.row(spec, plan, status, production.coverage(spec, prod), prod_problems))
     return rows
 
 
@@ -85,7 +101,20 @@ def cmd_matrix(args) -> int:
     from rich.table import Table
 
     table = Table(title="flashkit matrix")
-    cols = ("env", "torch", "accelerator", "py", "abi", "compiler", "base", "verdict", "lock", "here", "status")
+    cols = (
+        "env",
+        "torch",
+        "accelerator",
+        "py",
+        "abi",
+        "compiler",
+        "base",
+        "verdict",
+        "lock",
+        "pythons",
+        "here",
+        "status",
+    )
     for col in cols:
         table.add_column(col, no_wrap=True)
     for r in rows:
@@ -102,6 +131,7 @@ def cmd_matrix(args) -> int:
             base,
             verdict,
             r.lock,
+            r.pythons,
             r.hosts,
             r.status,
         )
@@ -111,6 +141,11 @@ def cmd_matrix(args) -> int:
         console.print(f"[bold]{r.env}[/]: {r.base}; {r.hosts_why}", highlight=False)
         for reason in r.reasons:
             console.print(f"  [red]rejected[/] by {reason}", highlight=False)
+        req = r.requirements
+        if req["covered"]:
+            console.print(f"  requirements: {req['file']} covers Python {', '.join(req['covered'])}", highlight=False)
+        for py, why in req["not_covered"].items():
+            console.print(f"  [yellow]Python {py} not covered[/]: {why}", highlight=False)
         if args.verbose:
             for rule_id, ok, why in r.rules:
                 if ok:
@@ -147,8 +182,9 @@ def cmd_lock(args) -> int:
     if args.check:
         bad = []
         for plan in plans(r, args):
-            if plan.lock_problems:
-                bad.append(f"{plan.env_id}: " + "; ".join(plan.lock_problems))
+            found = list(plan.lock_problems) + production.check(plan.spec, production.read(r, plan.spec))
+            if found:
+                bad.append(f"{plan.env_id}: " + "; ".join(found))
             else:
                 say(f"{plan.env_id}: lockfiles consistent with the spec")
         if bad:
@@ -160,11 +196,33 @@ def cmd_lock(args) -> int:
     # Resolve everything first and write only when all succeeded: no half-updated lock set.
     resolved = []
     for s in chosen:
-        say(f"{s.id}: resolving for Python {s.python} on {resolve.PLATFORM} (uv, needs PyPI)...")
+        others = [py for py in production.claimed(s) if py != s.python]
+        say(
+            f"{s.id}: resolving for Python {s.python} (the image's)"
+            + (f" and {', '.join(others)}" if others else "")
+            + f" on {resolve.PLATFORM} (uv, needs PyPI)..."
+        )
         resolved.append((s, resolve.resolve(s)))
-    for s, texts in resolved:
-        for p in resolve.write(r, s, texts):
+    for s, res in resolved:
+        for p in resolve.write(r, s, res):
             say(f"{s.id}: wrote {paths.rel(r, p)}")
+        for py, why in sorted(res.production.not_covered.items()):
+            say(f"{s.id}: Python {py} not covered: {why}")
+    return 0
+
+
+def cmd_requirements(args) -> int:
+    r = root(args)
+    spec = load_env(r, args.env)
+    _require_consistent_production(r, spec)
+    cov = production.coverage(spec, production.read(r, spec))
+    python = args.python or "{}.{}".format(*sys.version_info[:2])
+    if not re.fullmatch(r"3\.\d+", python):
+        raise UsageError(f"--python {python}: give a CPython version such as 3.12")
+    pip, uv = production.install_commands(cov, python)
+    say(f"{cov.env}: Python {python}: {cov.file_for(python)} (covered: {', '.join(cov.covered)})")
+    print(pip)
+    print(uv)
     return 0
 
 
@@ -261,12 +319,23 @@ def register(sub) -> None:
     s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
     s.set_defaults(run=cmd_render)
 
-    s = sub.add_parser("lock", help="resolve and write lockfiles/<env>.txt and .build.txt (uv, needs PyPI)")
+    s = sub.add_parser(
+        "lock",
+        help="resolve lockfiles/<env>/py<X.Y>.txt for every Python of the env's torch, build.txt, and the merged lockfiles/<env>.txt (uv, needs PyPI)",
+    )
     _env_args(s, many=True)
     s.add_argument(
         "--check", action="store_true", help="only check the committed lockfiles against the specs (offline)"
     )
     s.set_defaults(run=cmd_lock)
+
+    s = sub.add_parser(
+        "requirements",
+        help="print the exact install commands of an env's production requirements for one Python (exit 26: not covered)",
+    )
+    _env_args(s)
+    s.add_argument("--python", metavar="X.Y", help="the Python to install on (default: the one running flashkit)")
+    s.set_defaults(run=cmd_requirements)
 
     s = sub.add_parser("hash", help="print an env's input hash")
     _env_args(s)

@@ -161,6 +161,12 @@ class UnknownArtifact(FlashkitError):
     exit_code = 25
 
 
+class PythonNotCovered(FlashkitError):
+    """An env's production requirements do not cover the Python asked for; the message says why and which do."""
+
+    exit_code = 26
+
+
 class NotReproducible(FlashkitError):
     """build --check: the cold rebuild's wheel is not bit-identical to the first build's."""
 

@@ -49,14 +49,24 @@ def env_file(repo_root: Path, env_id: str) -> Path:
     return repo_root / ENVS_DIR / f"{env_id}.yaml"
 
 
-def lock_file(repo_root: Path, env_id: str) -> Path:
-    """Runtime lock: what the published image installs."""
-    return repo_root / LOCKFILES_DIR / f"{env_id}.txt"
+def lock_dir(repo_root: Path, env_id: str) -> Path:
+    """The env's resolved sets: one file per Python (``py3.12.txt``) and the builder's additions."""
+    return repo_root / LOCKFILES_DIR / env_id
+
+
+def python_lock_file(repo_root: Path, env_id: str, python: str) -> Path:
+    """The set resolved for one Python; the image's Python's file is what the published image installs."""
+    return lock_dir(repo_root, env_id) / f"py{python}.txt"
 
 
 def build_lock_file(repo_root: Path, env_id: str) -> Path:
     """Builder-only lock: toolchain packages the runtime image must not carry."""
-    return repo_root / LOCKFILES_DIR / f"{env_id}.build.txt"
+    return lock_dir(repo_root, env_id) / "build.txt"
+
+
+def production_file(repo_root: Path, env_id: str) -> Path:
+    """Production requirements for every covered Python in one file (pins marked by Python): what users install."""
+    return repo_root / LOCKFILES_DIR / f"{env_id}.txt"
 
 
 def rel(repo_root: Path, path: Path) -> str:

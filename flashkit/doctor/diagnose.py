@@ -57,12 +57,14 @@ def diagnose(
     glibc_policy: str | None = None,
     repo_problem: RepoProblem | None = None,
     lock_cuda: Mapping[str, str | None] | None = None,
+    requirements: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Findings and a recommendation from probed facts. Pure: no I/O.
 
     ``capabilities`` are GPU archs to check the modules against besides the
     GPUs found ("9.0"); ``glibc_policy`` a manylinux policy to hold them to;
-    ``lock_cuda`` the CUDA runtime each env's lockfile pins (:func:`lock_cuda_runtime`).
+    ``lock_cuda`` the CUDA runtime each env's lockfile pins (:func:`lock_cuda_runtime`);
+    ``requirements`` the Pythons each env's production requirements cover (``production.Coverage``).
     """
     caps = gpu_capabilities(facts, capabilities)
     torch = facts.torch
@@ -90,13 +92,28 @@ def diagnose(
             )
         )
     elif specs is not None:
-        rec = recommend(facts, specs, verification or {}, lockfiles or {}, caps, lock_cuda)
+        rec = recommend(facts, specs, verification or {}, lockfiles or {}, caps, lock_cuda, requirements)
+        if rec.python_note:
+            findings.append(
+                Finding(
+                    "warning",
+                    "python-not-covered",
+                    f"env {rec.env}",
+                    f"the production requirements of {rec.env} do not cover this Python",
+                    cause=rec.python_note,
+                    fix="use a covered Python (`flashkit matrix` lists them), or the env's image",
+                )
+            )
     findings.extend(
         built_for_findings(facts, findings, specs, verification or {}, lockfiles or {}, rec.env if rec else None)
     )
     if rec is not None and rec.env:
+        # The env's requirements for this Python when there are some, else its merged file.
+        lockfile = rec.lockfile or f"lockfiles/{rec.env}.txt"
         findings = [
-            dataclasses.replace(f, fix=f.fix.replace("<env>", rec.env)) if f.fix and "<env>" in f.fix else f
+            dataclasses.replace(f, fix=f.fix.replace("lockfiles/<env>.txt", lockfile).replace("<env>", rec.env))
+            if f.fix and "<env>" in f.fix
+            else f
             for f in findings
         ]
     order = {s: i for i, s in enumerate(SEVERITIES)}

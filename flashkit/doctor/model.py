@@ -85,7 +85,9 @@ class Recommendation:
     differences: tuple[str, ...] = ()
     mismatched: tuple[str, ...] = ()
     verification: str = "not verified"
-    lockfile: str | None = None
+    lockfile: str | None = None  # the env's requirements for the inspected Python (else its merged file)
+    install: tuple[str, ...] = ()  # the exact pip and uv commands for the inspected Python
+    python_note: str | None = None  # why the env's requirements do not cover the inspected Python
     publish_tags: tuple[str, ...] = ()
     add_spec: str | None = None
     candidates: tuple[Candidate, ...] = ()

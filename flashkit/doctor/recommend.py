@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flashkit.binary import fatbin
 from flashkit.doctor import probe
 from flashkit.doctor.model import MIN_DRIVER_FOR_CUDA, Candidate, Recommendation, Verification, vkey
+
+if TYPE_CHECKING:  # the plan layer needs packaging; doctor itself must run where only the stdlib is
+    from flashkit.plan.production import Coverage
 
 # ---------------------------------------------------------------------------
 # Recommendation
@@ -25,12 +28,16 @@ def gpu_capabilities(facts: probe.Facts, stated: Sequence[str]) -> tuple[str, ..
     return tuple(dict.fromkeys(caps))
 
 
-def score_env(spec, facts: probe.Facts, caps: Sequence[str], lock_cuda: str | None = None) -> Candidate:
+def score_env(
+    spec, facts: probe.Facts, caps: Sequence[str], lock_cuda: str | None = None, cov: Coverage | None = None
+) -> Candidate:
     """How well one EnvSpec fits the probed environment (higher is closer).
 
     ``lock_cuda`` is the CUDA runtime the env's lockfile pins for torch ("12.6"):
     the spec's accelerator version is its toolkit's, and torch's wheel may use a
     newer minor of the same major (torch 2.7.1 from PyPI is cu126 beside nvcc 12.4).
+    ``cov``: the Pythons the env's production requirements cover; one that does not
+    cover this Python cannot be installed here from its requirements.
     """
     s = _Score()
     torch = facts.torch if facts.torch is not None and facts.torch.imported else None
@@ -51,11 +58,7 @@ def score_env(spec, facts: probe.Facts, caps: Sequence[str], lock_cuda: str | No
     elif kind == "cuda" and facts.gpus and facts.gpus[0].driver:
         _score_driver(s, spec, facts.gpus[0].driver)
     if facts.interpreter is not None:
-        py = "{}.{}".format(*facts.interpreter.python)
-        if spec.python == py:
-            s.add(10, f"python {py}")
-        else:
-            s.differs(0, "python", f"python {spec.python} in the env (here {py}; an abi3 wheel of the env still loads)")
+        _score_python(s, spec, "{}.{}".format(*facts.interpreter.python), cov)
     if kind == "cuda":
         for cap in caps:
             if fatbin.targets_cover(spec.gpu_targets, cap):
@@ -83,6 +86,18 @@ class _Score:
         self.score += points
         self.diffs.append(text)
         self.fields.append(field)
+
+
+def _score_python(s: _Score, spec, py: str, cov: Coverage | None) -> None:
+    if spec.python == py:
+        s.add(10, f"python {py}")
+    else:
+        s.differs(0, "python", f"python {spec.python} in the env (here {py}; an abi3 wheel of the env still loads)")
+    if cov is not None and cov.covered:
+        if py in cov.covered:
+            s.add(5, f"requirements for python {py}")
+        else:
+            s.differs(-20, "python", f"no requirements for python {py} ({cov.reason(py)})")
 
 
 def _score_torch_version(s: _Score, spec, version: str) -> None:
@@ -136,6 +151,17 @@ def verification_line(env: str, verification: Mapping[str, Verification]) -> str
     return v.status if v is not None else f"not verified (no ledger verified/{env}.jsonl)"
 
 
+def install_for(cov: Coverage | None, facts: probe.Facts) -> tuple[str | None, tuple[str, ...], str | None]:
+    """For the inspected Python: the env's requirements file, the exact install commands, or why none."""
+    if cov is None or facts.interpreter is None:
+        return None, (), None
+    py = "{}.{}".format(*facts.interpreter.python)
+    why = cov.reason(py)
+    if why is not None:
+        return cov.merged_path, (), f"Python {py} is not covered: {why}"
+    return cov.file_for(py), cov.commands(py), None
+
+
 def recommend(
     facts: probe.Facts,
     specs: Sequence[Any],
@@ -143,6 +169,7 @@ def recommend(
     lockfiles: Mapping[str, str | None],
     caps: Sequence[str] = (),
     lock_cuda: Mapping[str, str | None] | None = None,
+    requirements: Mapping[str, Coverage] | None = None,
 ) -> Recommendation:
     """The closest env to this environment, with its status, or which spec to add."""
     if not specs:
@@ -150,7 +177,7 @@ def recommend(
     by_id = {str(s.id): s for s in specs}
     scored = []
     for s in specs:
-        c = score_env(s, facts, caps, (lock_cuda or {}).get(str(s.id)))
+        c = score_env(s, facts, caps, (lock_cuda or {}).get(str(s.id)), (requirements or {}).get(str(s.id)))
         v = verification.get(str(s.id))
         if v is not None and v.verified:
             c = dataclasses.replace(c, score=c.score + 5, matches=(*c.matches, "verified"))
@@ -172,6 +199,7 @@ def recommend(
     if not best.differences and not exact:
         why = "best match for this machine (no working torch here to compare against)"
     add = None if exact else _spec_to_add(facts, caps, best, specs)
+    req_file, install, python_note = install_for((requirements or {}).get(best.env), facts)
     return Recommendation(
         env=best.env,
         exact=exact,
@@ -179,7 +207,9 @@ def recommend(
         differences=best.differences,
         mismatched=best.mismatched,
         verification=verification_line(best.env, verification),
-        lockfile=lockfiles.get(best.env),
+        lockfile=req_file or lockfiles.get(best.env),
+        install=install,
+        python_note=python_note,
         publish_tags=tuple(spec.publish_tags),
         add_spec=add,
         candidates=tuple(ranked[:5]),

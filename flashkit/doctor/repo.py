@@ -1,4 +1,5 @@
-"""What doctor reads from a flashkit checkout: the specs, each env's verification status, its lockfile.
+"""What doctor reads from a flashkit checkout: the specs, each env's verification status, its lockfiles
+and the Pythons its production requirements cover.
 
 An edge, separate from the pure diagnosis. A checkout that cannot be read (no envs/, a broken spec,
 flashkit's dependencies missing on a bare GPU host) is a :class:`RepoProblem` shown as a finding, never
@@ -24,6 +25,7 @@ class RepoFacts:
     lockfiles: dict[str, str | None]
     lock_cuda: dict[str, str | None]
     problem: RepoProblem | None
+    requirements: dict[str, Any] = dataclasses.field(default_factory=dict)  # env -> production.Coverage
 
 
 def lock_cuda_runtime(lock_text: str) -> str | None:
@@ -53,6 +55,7 @@ def load(repo: Path | None) -> RepoFacts:
     try:
         from flashkit.core import paths
         from flashkit.core.errors import FlashkitError
+        from flashkit.plan import production
         from flashkit.plan.plan import plan_of
         from flashkit.plan.specfile import load_all
     except ImportError as exc:
@@ -75,6 +78,7 @@ def load(repo: Path | None) -> RepoFacts:
     verification: dict[str, Verification] = {}
     lockfiles: dict[str, str | None] = {}
     lock_cuda: dict[str, str | None] = {}
+    requirements: dict[str, Any] = {}
     for s in specs:
         env = str(s.id)
         try:
@@ -84,6 +88,13 @@ def load(repo: Path | None) -> RepoFacts:
             lockfiles[env], lock_cuda[env] = None, None
             continue
         verification[env] = _verification(root, plan)
-        lockfiles[env] = paths.rel(root, paths.lock_file(root, env))
         lock_cuda[env] = lock_cuda_runtime(plan.locks.runtime)
-    return RepoFacts(specs, verification, lockfiles, lock_cuda, None)
+        try:
+            cov = production.coverage(s, production.read(root, s))
+        except FlashkitError:  # unreadable production files: the image's own set still names the env
+            cov = None
+        else:
+            requirements[env] = cov
+        image_lock = paths.rel(root, paths.python_lock_file(root, env, s.python))
+        lockfiles[env] = cov.merged_path if cov is not None and cov.merged_path else image_lock
+    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements)

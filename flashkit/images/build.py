@@ -138,10 +138,10 @@ def write_context(plan: Plan, dockerfile: str, ctx: Path) -> None:
         shutil.rmtree(ctx)
     ctx.mkdir(parents=True)
     (ctx / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-    locks = ctx / "lockfiles"
-    locks.mkdir()
-    (locks / f"{plan.env_id}.txt").write_text(plan.locks.runtime, encoding="utf-8")
-    (locks / f"{plan.env_id}.build.txt").write_text(plan.locks.build, encoding="utf-8")
+    locks = ctx / "lockfiles" / plan.env_id  # the image's Python's set and the builder's, as render names them
+    locks.mkdir(parents=True)
+    (locks / f"py{plan.spec.python}.txt").write_text(plan.locks.runtime, encoding="utf-8")
+    (locks / "build.txt").write_text(plan.locks.build, encoding="utf-8")
     for src in plan.sources:
         dest = ctx / src.path
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,16 @@ this writes under ``<out>/<env>/``:
   (a find-links folder);
 - ``simple/index.html`` and ``simple/flash-kernels/index.html``: a PEP 503
   simple index over ``files/`` with ``#sha256=`` fragments;
-- ``requirements.txt``: the env's runtime lockfile (torch and every dependency,
-  each pinned by hash; it is what the verified image installed) plus
+- ``requirements.txt``: the env's production requirements for every Python
+  the lockfiles cover and the wheel serves (its abi3 tag names the oldest),
+  pins marked by Python as in ``lockfiles/<env>.txt``, plus
   ``flash-kernels==<version> --hash=sha256:<verified sha256>`` and
   ``--find-links files``, so ``pip install --require-hashes -r requirements.txt``
-  on a fresh venv installs exactly the verified set (torch and its
-  dependencies from the package index, the kernel wheel from ``files/``).
+  (or ``uv pip sync``) on a fresh venv of any of those Pythons installs exactly
+  the verified set (torch and its dependencies from the package index, the
+  kernel wheel from ``files/``);
+- ``py<X.Y>.txt``: the same for one Python (``lockfiles/<env>/py<X.Y>.txt`` plus
+  the kernel wheel), the layout of ``lockfiles/``.
 
 One folder per env because every env's wheel has the same file name (the same
 ``flash_kernels`` version, abi3) but different bytes (built against a different
@@ -35,6 +39,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from flashkit.core.digests import sha256_file as sha256
@@ -42,6 +47,7 @@ from flashkit.core.errors import PublishRefused
 from flashkit.ledger import store
 from flashkit.ledger.gate import GateDecision, Policy, gate
 from flashkit.ledger.publish import refuse_hint, refuse_message
+from flashkit.plan import production
 
 DEFAULT_OUT = Path(".work/wheelhouse")
 
@@ -81,19 +87,64 @@ def check_wheel(root: Path, env_id: str, input_hash: str, wheel: Path, policy: P
     return VerifiedWheel(env_id, input_hash, wheel, actual, policy, passing.passed_tiers)
 
 
-def requirements_text(vw: VerifiedWheel, lock_text: str, lock_name: str) -> str:
+def served(wheel_name: str, pythons: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The Pythons among ``pythons`` that the wheel's tags install on, and why the others are left out."""
+    tags = parse_wheel_filename(wheel_name)[3]
+    ok, left_out = [], {}
+    for py in pythons:
+        v = production.vkey(py)
+        fits = any(
+            t in set(cpython_tags(v, platforms=[t.platform])) | set(compatible_tags(v, platforms=[t.platform]))
+            for t in tags
+        )
+        if fits:
+            ok.append(py)
+        else:
+            left_out[py] = f"the verified wheel is {'.'.join(sorted({f'{t.interpreter}-{t.abi}' for t in tags}))}"
+    return ok, left_out
+
+
+def requirements_text(vw: VerifiedWheel, body: str, what: str, lock_name: str) -> str:
+    """A requirements file: ``body`` (pins of torch and its dependencies, by hash) plus the verified wheel."""
     name, version, _build, _tags = parse_wheel_filename(vw.path.name)
-    body = "\n".join(ln for ln in lock_text.splitlines() if not ln.startswith("# ")).strip("\n")
     return (
-        f"# flashkit wheelhouse {vw.env}: the verified set, every artifact pinned by hash\n"
+        f"# flashkit wheelhouse {vw.env}: the verified set, every artifact pinned by hash; {what}\n"
         f"# input hash {vw.input_hash}; policy {vw.policy.name} ({vw.policy.describe()}); "
         f"passed: {', '.join(vw.passed_tiers)}\n"
-        f"# install: pip install --require-hashes -r requirements.txt  (from this folder or by path)\n"
+        f"# install: pip install --require-hashes -r <this file>  or  uv pip sync --require-hashes <this file>\n"
         f"# torch and its dependencies: {lock_name}; {name}: files/ (find-links, relative to this file)\n"
         "--find-links files\n"
-        f"{body}\n"
+        f"{body.strip(chr(10))}\n"
         f"{name}=={version} \\\n    --hash=sha256:{vw.sha256}\n"
     )
+
+
+def requirement_files(vw: VerifiedWheel, sets: dict[str, str], not_covered: dict[str, str]) -> dict[str, str]:
+    """``requirements.txt`` (every Python the lockfiles cover and the wheel serves) and one ``py<X.Y>.txt``
+    each, from the env's per-Python lockfiles (``sets``: Python -> lockfile text)."""
+    pythons, left_out = served(vw.path.name, sorted(sets, key=production.vkey))
+    if not pythons:
+        raise PublishRefused(
+            f"{vw.env}: the verified wheel {vw.path.name} installs on none of the Pythons the lockfiles cover "
+            f"({', '.join(sorted(sets, key=production.vkey))})"
+        )
+    left_out = {**not_covered, **left_out}
+    chosen = {py: sets[py] for py in pythons}
+    absent = "".join(
+        f"; not {py}: {why}" for py, why in sorted(left_out.items(), key=lambda kv: production.vkey(kv[0]))
+    )
+    files = {
+        "requirements.txt": requirements_text(
+            vw,
+            production.merged_body(vw.env, chosen),
+            f"Python {', '.join(pythons)}{absent}",
+            f"lockfiles/{vw.env}.txt",
+        )
+    }
+    for py in pythons:
+        body = "\n".join(ln for ln in sets[py].splitlines() if not ln.startswith("# "))
+        files[f"py{py}.txt"] = requirements_text(vw, body, f"Python {py}", f"lockfiles/{vw.env}/py{py}.txt")
+    return files
 
 
 def simple_index(wheel_name: str, sha256: str) -> dict[str, str]:
@@ -108,8 +159,8 @@ def simple_index(wheel_name: str, sha256: str) -> dict[str, str]:
     }
 
 
-def write_env_wheelhouse(out: Path, vw: VerifiedWheel, lock_text: str, lock_name: str) -> Path:
-    """Fill a fresh ``<out>/<env>`` and swap it in whole."""
+def write_env_wheelhouse(out: Path, vw: VerifiedWheel, requirements: dict[str, str]) -> Path:
+    """Fill a fresh ``<out>/<env>`` (``requirements``: file name -> text) and swap it in whole."""
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{vw.env}.", dir=out))
     try:
@@ -122,7 +173,8 @@ def write_env_wheelhouse(out: Path, vw: VerifiedWheel, lock_text: str, lock_name
         for rel, text in simple_index(vw.path.name, vw.sha256).items():
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             (stage / rel).write_text(text)
-        (stage / "requirements.txt").write_text(requirements_text(vw, lock_text, lock_name))
+        for fname, text in requirements.items():
+            (stage / fname).write_text(text)
         for p in [stage, *stage.rglob("*")]:
             os.chmod(p, 0o755 if p.is_dir() else 0o644)
         dest = out / vw.env

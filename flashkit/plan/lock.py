@@ -1,9 +1,12 @@
-"""Hash-pinned lockfiles, resolved for the env's Python and platform without running the image.
+"""Hash-pinned lockfiles, resolved for one Python and platform each without running the image.
 
-Two files per env, disjoint, resolved together so that their versions agree:
-- ``lockfiles/<id>.txt``        runtime set: what the published image installs (torch, numpy, pytest...)
-- ``lockfiles/<id>.build.txt``  builder-only additions: the toolchain (ninja, setuptools, PyPI nvcc...)
+The image's two files, disjoint, resolved together so that their versions agree:
+- ``lockfiles/<id>/py<X.Y>.txt``  (X.Y = the spec's Python) runtime set: what the published image
+  installs (torch, numpy, pytest...)
+- ``lockfiles/<id>/build.txt``    builder-only additions: the toolchain (ninja, setuptools, PyPI nvcc...)
 The builder installs both with ``pip install --require-hashes --no-deps``; the runtime only the first.
+Every other Python the env's torch supports gets its own ``py<X.Y>.txt`` (production requirements, not an
+input of the image); :mod:`flashkit.plan.production` merges them into ``lockfiles/<id>.txt``.
 
 Resolution: uv's ``pip compile --python-version --python-platform --generate-hashes`` with
 ``--exclude-newer`` set from the spec, so re-locking later gives the same pins. The header is fixed
@@ -54,7 +57,10 @@ def inputs(spec: EnvSpec) -> LockInputs:
     return LockInputs(runtime=runtime, build=tuple(build))
 
 
-def resolver_args(spec: EnvSpec) -> list[str]:
+def resolver_args(spec: EnvSpec, python: str | None = None) -> list[str]:
+    """uv's arguments for one Python (default: the image's). Another Python is resolved wheels-only:
+    a production host installs, it does not compile numpy."""
+    other = python is not None and python != spec.python
     return [
         "pip",
         "compile",
@@ -62,7 +68,7 @@ def resolver_args(spec: EnvSpec) -> list[str]:
         "--no-python-downloads",
         "--quiet",
         "--python-version",
-        spec.python,
+        python or spec.python,
         "--python-platform",
         PLATFORM,
         "--generate-hashes",
@@ -71,12 +77,22 @@ def resolver_args(spec: EnvSpec) -> list[str]:
         "--no-header",
         "--annotation-style",
         "line",
+        *(["--only-binary", ":all:"] if other else []),
     ]
 
 
-def header(spec: EnvSpec, kind: str) -> str:
+def header(spec: EnvSpec, kind: str, python: str | None = None) -> str:
+    """The fixed first lines of a lockfile: ``kind`` "runtime" or "build" (the image's), or "runtime"
+    with another ``python`` (a production set that is not installed in the image)."""
     li = inputs(spec)
     reqs = li.runtime if kind == "runtime" else li.runtime + li.build
+    if python is not None and python != spec.python:
+        return (
+            f"{HEADER_MARK} {spec.id} (production set for Python {python}; the image runs {spec.python})\n"
+            f"# regenerate: flashkit lock {spec.id}\n"
+            f"# resolver: uv {' '.join(resolver_args(spec, python))}, preferring the versions of py{spec.python}.txt\n"
+            f"# inputs: {' '.join(reqs)}\n"
+        )
     what = (
         "runtime set: installed in the published image"
         if kind == "runtime"
@@ -115,10 +131,8 @@ class Pin:
 PIN_RE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[^\s\\;]+)")
 
 
-def parse(text: str) -> tuple[list[Pin], list[str]]:
-    """Pins in a requirements file written by uv, and problems with lines that are not pins."""
-    pins: list[Pin] = []
-    problems: list[str] = []
+def logical_lines(text: str) -> list[str]:
+    """A requirements file's entries with backslash continuations joined; comments and blank lines dropped."""
     logical: list[str] = []
     buf = ""
     for raw in text.splitlines():
@@ -136,6 +150,14 @@ def parse(text: str) -> tuple[list[Pin], list[str]]:
         buf = ""
     if buf:
         logical.append(buf)
+    return logical
+
+
+def parse(text: str) -> tuple[list[Pin], list[str]]:
+    """Pins in a requirements file written by uv, and problems with lines that are not pins."""
+    pins: list[Pin] = []
+    problems: list[str] = []
+    logical = logical_lines(text)
     for entry in logical:
         parts = entry.split()
         if not parts:
@@ -152,6 +174,46 @@ def parse(text: str) -> tuple[list[Pin], list[str]]:
     return pins, problems
 
 
+def _hash_problems(label: str, pins: list[Pin]) -> list[str]:
+    problems = []
+    for pin in pins:
+        if not pin.hashes:
+            problems.append(f"{label}: {pin.name}=={pin.version} has no --hash")
+        if any(not re.match(r"^sha256:[0-9a-f]{64}$", h) for h in pin.hashes):
+            problems.append(f"{label}: {pin.name} has a hash that is not sha256")
+    return problems
+
+
+def check_python(spec: EnvSpec, python: str, text: str) -> list[str]:
+    """Every reason the production set of a Python other than the image's does not match the spec
+    (empty: consistent). Offline."""
+    label = f"py{python} lock"
+    problems: list[str] = []
+    if not text.startswith(header(spec, "runtime", python)):
+        problems.append(f"{label} is stale: its header does not match the spec's inputs; run `flashkit lock {spec.id}`")
+    pins, parse_problems = parse(text)
+    problems += [f"{label}: {p}" for p in parse_problems] + _hash_problems(label, pins)
+    if not pins:
+        problems.append(f"{label} holds no packages")
+    names = {p.name: p for p in pins}
+    for req_text in inputs(spec).runtime:
+        req = Requirement(req_text)
+        pin = names.get(canonicalize_name(req.name))
+        if pin is None:
+            problems.append(f"{label}: {req.name} (an input) is missing")
+        elif not req.specifier.contains(pin.version, prereleases=True):
+            problems.append(f"{label}: {req.name}=={pin.version} does not satisfy the input {req_text}")
+    torch = names.get("torch")
+    if spec.torch_source == "pypi" and torch is not None and torch.version != spec.torch:
+        problems.append(f"{label}: torch=={torch.version} but the spec says {spec.torch}")
+    problems += [
+        f"{label}: {n} is a compiler component and must not be in a production set"
+        for n in compat.PYPI_NVCC_SAME_VERSION
+        if canonicalize_name(n) in names
+    ]
+    return problems
+
+
 def check(spec: EnvSpec, runtime_text: str, build_text: str) -> list[str]:
     """Every reason the committed lockfiles do not match the spec (empty: consistent). Offline."""
     problems: list[str] = []
@@ -164,12 +226,7 @@ def check(spec: EnvSpec, runtime_text: str, build_text: str) -> list[str]:
     rt, p1 = parse(runtime_text)
     bd, p2 = parse(build_text)
     problems += [f"runtime lock: {p}" for p in p1] + [f"build lock: {p}" for p in p2]
-    for kind, pins in (("runtime", rt), ("build", bd)):
-        for pin in pins:
-            if not pin.hashes:
-                problems.append(f"{kind} lock: {pin.name}=={pin.version} has no --hash")
-            if any(not re.match(r"^sha256:[0-9a-f]{64}$", h) for h in pin.hashes):
-                problems.append(f"{kind} lock: {pin.name} has a hash that is not sha256")
+    problems += _hash_problems("runtime lock", rt) + _hash_problems("build lock", bd)
     names_rt = {p.name: p for p in rt}
     names_bd = {p.name: p for p in bd}
     both = sorted(set(names_rt) & set(names_bd))

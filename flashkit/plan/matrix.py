@@ -1,4 +1,5 @@
-"""The matrix: every env with its rule verdict, base pinning, lock state and what the hosts can do.
+"""The matrix: every env with its rule verdict, base pinning, lock state, the Pythons its production
+requirements cover, and what the hosts can do.
 
 Pure rows (MatrixRow) built from specs and plans; the verification status is passed in (the CLI reads
 it from the ledger), so this module never reads a record. Printing is in flashkit.cli.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flashkit.plan import rules
+from flashkit.plan import production, rules
 from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
 
@@ -28,6 +29,8 @@ class MatrixRow:
     reasons: tuple[str, ...]  # rejection texts (empty when accepted)
     rules: tuple[tuple[str, bool, str], ...]  # (rule id, accepted?, why) for every rule
     lock: str  # "ok" | "missing" | "stale" ...
+    pythons: str  # the Pythons the production requirements cover, and those they do not
+    requirements: dict  # production.Coverage.to_json(): covered, not_covered (with why), files
     input_hash: str | None
     hosts: str
     hosts_why: str
@@ -39,15 +42,23 @@ class MatrixRow:
         return out
 
 
-def lock_state(plan: Plan | None) -> str:
+def lock_state(plan: Plan | None, production_problems: tuple[str, ...] = ()) -> str:
     if plan is None:
         return "missing"
-    return "ok" if not plan.lock_problems else f"stale/inconsistent ({len(plan.lock_problems)} problems)"
+    n = len(plan.lock_problems) + len(production_problems)
+    return "ok" if not n else f"stale/inconsistent ({n} problems)"
 
 
-def row(spec: EnvSpec, plan: Plan | None, status: str) -> MatrixRow:
+def row(
+    spec: EnvSpec,
+    plan: Plan | None,
+    status: str,
+    cov: production.Coverage,
+    production_problems: tuple[str, ...] = (),
+) -> MatrixRow:
     """One env's row. ``plan`` is None when its inputs could not be read (a lockfile is missing);
-    ``status`` is the ledger's verification status at the plan's input hash."""
+    ``status`` is the ledger's verification status at the plan's input hash; ``cov`` the Pythons its
+    production requirements cover and ``production_problems`` why those files are inconsistent."""
     verdicts = rules.check(spec)
     rejected = [v for v in verdicts if isinstance(v, rules.Rejected)]
     support = spec.host_support
@@ -65,7 +76,9 @@ def row(spec: EnvSpec, plan: Plan | None, status: str) -> MatrixRow:
         verdict="rejected" if rejected else "accepted",
         reasons=tuple(f"{v.rule.id}: {v.reason} (fix: {v.fix})" for v in rejected),
         rules=tuple((v.rule.id, v.ok, v.note if isinstance(v, rules.Accepted) else v.reason) for v in verdicts),
-        lock=lock_state(plan),
+        lock=lock_state(plan, production_problems),
+        pythons=cov.summary(),
+        requirements=cov.to_json(),
         input_hash=plan.input_hash if plan else None,
         hosts=support.summary(),
         hosts_why="; ".join(support.why),

@@ -1,7 +1,8 @@
 """The plan of one env: every input an image is built from, read once, and the hash of exactly those bytes.
 
-:func:`load_plan` is the edge. It reads the spec, both lockfiles, the template and every kernel source
-file through :mod:`flashkit.core.safeio` (regular files only, inside the repository, size-capped,
+:func:`load_plan` is the edge. It reads the spec, the image's two lockfiles (its Python's runtime set
+``lockfiles/<env>/py<X.Y>.txt`` and ``build.txt``; the other Pythons' sets are not inputs of the image),
+the template and every kernel source file through :mod:`flashkit.core.safeio` (regular files only, inside the repository, size-capped,
 UTF-8 where text) and computes the input hash from the bytes it holds. Everything after it (rendering,
 the build context, the bake file, the CI matrix, the gate) takes the :class:`Plan` value and reads
 nothing from the repository again, so one command cannot see two versions of an input.
@@ -87,8 +88,9 @@ def read_template(root: Path) -> str:
     )
 
 
-def read_locks(root: Path, env_id: str) -> LockTexts:
-    rp, bp = paths.lock_file(root, env_id), paths.build_lock_file(root, env_id)
+def read_locks(root: Path, env_id: str, python: str) -> LockTexts:
+    """The image's two lockfiles: the runtime set of its Python and the builder's additions."""
+    rp, bp = paths.python_lock_file(root, env_id, python), paths.build_lock_file(root, env_id)
     missing = [paths.rel(root, p) for p in (rp, bp) if not os.path.lexists(p)]
     if missing:
         raise LockError(
@@ -138,7 +140,7 @@ def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
 def plan_of(root: Path, spec: EnvSpec) -> Plan:
     """The plan of an already-validated spec (the rest of its inputs read now)."""
     root = Path(root)
-    locks = read_locks(root, str(spec.id))
+    locks = read_locks(root, str(spec.id), spec.python)
     template = read_template(root)
     sources = read_sources(root, spec.kernel_source)
     h = inputhash.digest(manifest_of(spec, locks, template, sources))

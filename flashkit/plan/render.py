@@ -84,8 +84,9 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         arch_env, arch_value = "TORCH_CUDA_ARCH_LIST", ";".join(spec.gpu_targets)
     else:
         arch_env, arch_value = "PYTORCH_ROCM_ARCH", ";".join(spec.gpu_targets)
-    runtime_lock = f"{paths.LOCKFILES_DIR}/{spec.id}.txt"
-    build_lock = f"{paths.LOCKFILES_DIR}/{spec.id}.build.txt"
+    # The image's own Python's set (the other Pythons' sets are production requirements, not image inputs).
+    runtime_lock = f"{paths.LOCKFILES_DIR}/{spec.id}/py{spec.python}.txt"
+    build_lock = f"{paths.LOCKFILES_DIR}/{spec.id}/build.txt"
     has_build_pins = bool(lock.parse(build_lock_text)[0])
     if flavor in ("ngc", "rocm"):
         compiler_note = f"the {flavor} base image itself carries the compiler (torch lives in it)"

@@ -228,7 +228,7 @@ def test_torch_mismatch_names_symbol_cause_and_fix(torch_mismatch):
     assert built["details"]["built_for"] == {"torch": "2.11", "cuda": "13.0"}
 
     rec = data["recommendation"]
-    assert rec["env"] == "cu124-torch27" and rec["lockfile"] == "lockfiles/cu124-torch27.txt"
+    assert rec["env"] == "cu124-torch27" and rec["lockfile"] == "lockfiles/cu124-torch27/py3.13.txt"
     # the env's own torch (2.7.1+cu126, pinned by its lock beside nvcc 12.4) fits it
     assert rec["exact"] is True, rec
 

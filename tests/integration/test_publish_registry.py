@@ -271,7 +271,7 @@ def test_changed_lockfile_after_testing_refuses_through_the_cli(engine, registry
     assert ok.code == 0, ok.err  # the set-up passes the gate: the refusal below is the lockfile's doing
     assert catalog(registry) == []  # a dry run pushes nothing
 
-    lock = kit_repo / "lockfiles" / f"{CLI_ENV}.txt"
+    lock = kit_repo / "lockfiles" / CLI_ENV / "py3.11.txt"
     lock.write_text(lock.read_text() + "# edited after testing\n")
     r = cli("--repo", str(kit_repo), "publish", CLI_ENV, "--registry", dest)
 
