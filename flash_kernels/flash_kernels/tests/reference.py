@@ -71,6 +71,37 @@ def attention_ref(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, alibi_
     return (out, lse, probs) if return_probs else (out, lse)
 
 
+def attention_grads_rounded(q, k, v, dout, **kwargs):
+    """(dq, dk, dv) of the FlashAttention backward with its roundings and nothing else: float32
+    arithmetic on the input-dtype values, the output rounded to the input dtype before
+    D = rowsum(dO * O), dS and the dropped probabilities rounded before the matmuls that take them.
+    torch's autograd never forms D, so where D's rounding does not cancel (a query with one visible
+    key under dropout, where dq = dk = 0 exactly) it alone computes exactly; the criterion then
+    allows twice the error of this computation (check_close's ``pt``)."""
+    assert not kwargs.get("softcap"), "softcap's derivative is not modelled here"
+    dtype = q.dtype
+    out32, _, probs = attention_ref(q, k, v, return_probs=True, **kwargs)  # float32 from dtype values
+    out = out32.to(dtype).float()
+    q, k, v, dout = (t.float() for t in (q, k, v, dout))
+    batch, _, nheads_q, head_dim = q.shape
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    group = nheads_q // nheads_k
+    kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    scale = kwargs.get("softmax_scale") or 1.0 / math.sqrt(head_dim)
+    mask, p = kwargs.get("dropout_mask"), kwargs.get("dropout_p", 0.0)
+    kept = probs if mask is None else probs.masked_fill(~mask, 0.0) / (1.0 - p)
+    dv = torch.einsum("bhqk,bqhd->bkhd", kept.to(dtype).float(), dout)
+    dp = torch.einsum("bqhd,bkhd->bhqk", dout, vv)
+    if mask is not None:
+        dp = dp.masked_fill(~mask, 0.0) / (1.0 - p)
+    delta = (dout * out).sum(-1).transpose(1, 2).unsqueeze(-1)  # (b, h, q, 1)
+    ds = (probs * (dp - delta)).to(dtype).float()
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kk) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale
+    fold = (batch, seqlen_k, nheads_k, group, head_dim)
+    return tuple(t.to(dtype) for t in (dq, dk.reshape(fold).sum(3), dv.reshape(fold).sum(3)))
+
+
 def slack(ref: torch.Tensor, dtype: torch.dtype) -> float:
     return HALF_ULP[dtype] * ref.abs().max().item() + ABS_SLACK[dtype]
 

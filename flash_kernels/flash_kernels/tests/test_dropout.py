@@ -17,7 +17,7 @@ import torch
 import flash_kernels as fk
 
 from .params import call, maybe_gpu
-from .reference import attention_ref, check_close
+from .reference import attention_grads_rounded, attention_ref, check_close
 
 P = 0.17
 
@@ -119,21 +119,27 @@ def test_dropout_varlen(backend, device, dtype, head_dim, causal):
     g = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), g)
 
-    def per_sequence(q, k, v, upcast):
-        outs = []
-        for b in range(len(seqlens_q)):
-            sq, sk = seqlens_q[b], seqlens_k[b]
-            keep = _kept(s_dmask[b:b + 1], sq, sk)
-            outs.append(attention_ref(q[cu_q[b]:cu_q[b + 1]].unsqueeze(0), k[cu_k[b]:cu_k[b + 1]].unsqueeze(0),
-                                      v[cu_k[b]:cu_k[b + 1]].unsqueeze(0), causal=causal, dropout_mask=keep,
-                                      dropout_p=P, upcast=upcast)[0][0])
-        return torch.cat(outs)
+    def sequence(b, t, cu):
+        return t[cu[b]:cu[b + 1]].unsqueeze(0)
+
+    def kwargs(b):
+        return dict(causal=causal, dropout_mask=_kept(s_dmask[b:b + 1], seqlens_q[b], seqlens_k[b]), dropout_p=P)
 
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
-    out_ref = per_sequence(q32, k32, v32, True)
+    out_ref = torch.cat([attention_ref(sequence(b, q32, cu_q), sequence(b, k32, cu_k), sequence(b, v32, cu_k),
+                                       **kwargs(b))[0][0] for b in range(len(seqlens_q))])
     grads_ref = torch.autograd.grad(out_ref, (q32, k32, v32), g.float())
-    out_pt = per_sequence(q, k, v, False)
+    out_pt = torch.cat([attention_ref(sequence(b, q, cu_q), sequence(b, k, cu_k), sequence(b, v, cu_k), upcast=False,
+                                      **kwargs(b))[0][0] for b in range(len(seqlens_q))])
     grads_pt = torch.autograd.grad(out_pt, (q, k, v), g)
+    # Sequence 3 has one key: there autograd cancels exactly where FlashAttention's D = rowsum(dO * O)
+    # rounds. The gradients' bound is twice the larger error of the two computations in low precision.
+    per_seq = [attention_grads_rounded(sequence(b, q, cu_q).detach(), sequence(b, k, cu_k).detach(),
+                                       sequence(b, v, cu_k).detach(), sequence(b, g, cu_q), **kwargs(b))
+               for b in range(len(seqlens_q))]
+    rounded = [torch.cat([gr[i][0] for gr in per_seq]) for i in range(3)]
+    grads_pt = [max(pt, rd, key=lambda t, i=i: (t.float() - grads_ref[i]).abs().max().item())
+                for i, (pt, rd) in enumerate(zip(grads_pt, rounded, strict=True))]
     check_close("out", out, out_ref, out_pt, dtype)
     for name, ours, ref, pt in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt, strict=True):
         check_close(name, ours, ref, pt, dtype)

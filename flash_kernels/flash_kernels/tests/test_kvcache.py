@@ -227,12 +227,13 @@ def test_kvcache(backend, device, case, dtype, head_dim):
                       alibi_slopes=alibi, seqlens_k=seqlens_k, key_leftpad=leftpad)
     v_ref = v_expect.nan_to_num(0.0)
     out_ref, lse_ref = attention_ref(q_ref, k_ref_expect.nan_to_num(0.0), v_ref, **ref_kwargs)
-    out_pt, _ = attention_ref(q_pt, k_pt_expect.nan_to_num(0.0), v_ref, upcast=False, **ref_kwargs)
+    out_pt, lse_pt = attention_ref(q_pt, k_pt_expect.nan_to_num(0.0), v_ref, upcast=False, **ref_kwargs)
     check_close("out", out, out_ref, out_pt, dtype)
     finite = torch.isfinite(lse_ref)
     assert torch.equal(torch.isinf(lse), ~finite), "lse: +inf must mark exactly the empty rows"
-    assert (lse[finite] - lse_ref[finite]).abs().max().item() <= 1e-3 * max(
-        1.0, lse_ref[finite].abs().max().item())
+    # The same criterion as the output: q and the appended k are rotated and rounded to the input
+    # dtype before the scores, so the lse carries that rounding on every backend (and on torch's).
+    check_close("lse", lse[finite], lse_ref[finite], lse_pt[finite], dtype)
 
 
 def test_kvcache_seqlens_past_cache_end(backend, device):
@@ -315,8 +316,10 @@ def test_paged_varlen_refuses_grad(device):
 
 
 def test_kvcache_bad_page_id(backend, device):
-    """Decode with an out-of-range page id (not checked on the host): that sequence's output is
-    NaN, never another sequence's keys; the other sequences are unaffected."""
+    """Decode with an out-of-range page id (not checked on the host: that would cost a sync per step).
+    Both backends read nothing outside the page pool and leave the other sequences bit-for-bit
+    unchanged; the bad sequence's output is NaN on Triton and computed with zeros for the missing
+    page on CUDA (README: "Out-of-range page ids"). Appending through a bad page is an error."""
     torch.manual_seed(9)
     page, pages_per_seq, batch = 16, 4, 2
     pool_k = torch.randn(batch * pages_per_seq, page, 2, 64, device=device, dtype=torch.float16)
@@ -329,7 +332,10 @@ def test_kvcache_bad_page_id(backend, device):
     good = call(fk.flash_attn_with_kvcache, q, pool_k, pool_v, cache_seqlens=lengths, block_table=table)
     bad = call(fk.flash_attn_with_kvcache, q, pool_k, pool_v, cache_seqlens=lengths, block_table=bad_table)
     assert torch.equal(bad[0], good[0])
-    assert torch.isnan(bad[1]).all()
+    if backend == "triton":
+        assert torch.isnan(bad[1]).all()
+    else:
+        assert torch.isfinite(bad[1]).all() and not torch.equal(bad[1], good[1])
     k_new = torch.randn(batch, 1, 2, 64, device=device, dtype=torch.float16)
     with pytest.raises(UnsupportedInputError, match="page id"):
         fk.flash_attn_with_kvcache(q, pool_k, pool_v, k_new, k_new, cache_seqlens=lengths,
