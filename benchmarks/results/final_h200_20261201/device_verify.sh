@@ -6,7 +6,7 @@
 set -u
 export PYTHONUNBUFFERED=1
 G=/tmp/gh; mkdir -p $G
-OUT=$G timeout 460 .ci/gpu-host cu130-torch211 "$1" 2.11 13 .devcarry/wheelhouse/cu130-torch211 .devcarry/extra > $G/gpu-host.txt 2>&1
+OUT=$G timeout 430 .ci/gpu-host cu130-torch211 "$1" 2.11 13 .devcarry/wheelhouse/cu130-torch211 .devcarry/extra > $G/gpu-host.txt 2>&1
 echo "gpu-host rc=$?"; cat $G/gpu-host.txt | cut -c1-600
 cp $G/artifact-gpu.json $G/artifact-gpu.junit.xml $G/requirements-check.txt $G/requirements-install.log $G/doctor.json $G/gpu-host.txt "$OUT/" 2>/dev/null
 ls "$OUT"
