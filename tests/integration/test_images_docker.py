@@ -126,4 +126,4 @@ def test_built_env_passes_build_abi_cpu(engine, env_id):
     for name, t in results.items():
         assert t.verdict == "passed", (name, t.reasons)
     assert results["cpu"].counts["passed"] > 0
-    assert paths.lock_file(ROOT, env_id).exists()
+    assert paths.python_lock_file(ROOT, env_id, spec.python).exists()
