@@ -13,7 +13,12 @@ import nox
 ROOT = Path(__file__).parent
 ENVS = sorted(p.stem for p in (ROOT / "envs").glob("*.yaml"))
 RENDER_DIR = ".work/rendered"  # git-ignored
-KIT_DEPS = ("pytest", "ruff==0.17.6", "nox")  # ruff pinned: a new release may add rules and fail lint on unchanged code
+KIT_DEPS = (
+    "pytest",
+    "ruff==0.17.6",
+    "nox",
+    "bcrypt",
+)  # bcrypt: the test registry's htpasswd file  # ruff pinned: a new release may add rules and fail lint on unchanged code
 
 # uv when it is installed (fast), else virtualenv, so a fresh host with only `pip install nox` works.
 nox.options.default_venv_backend = "uv|virtualenv"
