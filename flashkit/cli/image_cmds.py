@@ -142,7 +142,7 @@ def register(sub) -> None:
     p.add_argument(
         "--install",
         action="store_true",
-        help="apt-get install whichever of docker.io, debootstrap, docker-registry is missing",
+        help="apt-get install whichever of docker.io, mmdebstrap, buildah, skopeo, diffoscope-minimal, docker-registry is missing",
     )
     p.add_argument(
         "--log", type=Path, default=Path(".work/logs/dockerd.log"), help="dockerd's log when flashkit starts it"

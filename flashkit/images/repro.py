@@ -161,14 +161,15 @@ def compare_images(first: ImageFacts, second: ImageFacts) -> ImageComparison:
 
 def oci_history(history: list[dict], n_layers: int) -> tuple[str, ...]:
     """The step of each layer from an OCI config's history (entries with ``empty_layer`` made none)."""
-    steps = [
-        _step_text(re.sub(r"^\|\d+ (?:\S+=\S* )*", "", h.get("created_by", "")))
-        for h in history
-        if not h.get("empty_layer")
-    ]
-    steps = [
-        "base image (ADD rootfs)" if s.startswith("#(nop) ADD file:") or s.startswith("ADD file:") else s for s in steps
-    ]
+    steps = []
+    for h in history:
+        if h.get("empty_layer"):
+            continue
+        raw = re.sub(r"^\|\d+ (?:\S+=\S* )*", "", h.get("created_by", ""))  # ARG values buildah prefixes
+        text = _step_text(raw)
+        if text.startswith("ADD file:"):
+            text = "base image (ADD rootfs)"
+        steps.append(text if "#(nop)" in raw or text == "unknown" else f"RUN {text}")
     return tuple(steps) if len(steps) == n_layers else ("unknown",) * n_layers
 
 
