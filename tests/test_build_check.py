@@ -112,6 +112,8 @@ def test_diffoscope_file_names_are_read_from_its_report():
         "│ -1795996801\n│ +1795996802\n├── usr/lib/x.pyc\n│ ├── stat {}\n"
     )
     assert differing_files(report) == ("stamp", "usr/lib/x.pyc")
+    folders = "--- /s1/diff\n+++ /s2/diff\n│   --- /s1/diff/stamp\n├── +++ /s2/diff/stamp\n│ @@ -1 +1 @@\n"
+    assert differing_files(folders, ("/s1/diff", "/s2/diff")) == ("stamp",)
 
 
 def test_a_differing_base_makes_the_check_fail_and_is_said():

@@ -15,6 +15,8 @@ from flashkit.core.errors import NotReproducible, UsageError
 from flashkit.images import base, build, build_check, buildah, gc, site
 from flashkit.images.engine import ensure_engine
 from flashkit.images.local_registry import LocalRegistry
+from flashkit.ledger import store
+from flashkit.ledger.record import record_build
 from flashkit.plan import baselock, rules
 from flashkit.plan.plan import plan_of
 from flashkit.plan.specfile import load_all
@@ -101,6 +103,13 @@ def cmd_build(args) -> int:
         report = build_check.check_plan(r, plan, engine, options, keep=args.keep_check_storage)
         print(report.text())
         print(f"report: {paths.rel(r, build_check.report_path(r, report.env, report.input_hash))}")
+        if report.identical:
+            # A second, independent builder got the same digests: that is evidence, and the ledger keeps it.
+            _ledger, art, added = record_build(r, report.second)
+            if added:
+                print(
+                    f"recorded in {paths.rel(r, store.ledger_path(r, report.env))}: build {art.id[7:19]} by {art.builder}"
+                )
         if not report.identical:
             raise NotReproducible(f"{report.env}: the second builder's build is not bit-identical to the first (above)")
         return 0

@@ -153,12 +153,25 @@ def cmd_ledger_show(args) -> int:
         raise RecordError(f"{args.env} has no ledger yet ({paths.rel(r, store.ledger_path(r, args.env))})")
     for h in ledger.input_hashes():
         print(f"input hash {h}")
-        for art in ledger.artifacts(h):
-            print(f"  build {art.id[7:19]} {art.date}: image {art.image_id[7:19]}, wheel {art.wheel_sha256[:12]}")
+        arts = ledger.artifacts(h)
+        for art in arts:
+            print(f"  build {art.id[7:19]} {art.date}: image {art.image_id}, wheel {art.wheel_sha256[:12]}")
+            if art.builder:
+                b = art.builder
+                print(
+                    f"    by {b.get('host')} with {b.get('tool')} ({b.get('storage')}){' cold' if b.get('cold') else ''}"
+                )
+            same = [
+                a for a in arts if a is not art and a.image_id == art.image_id and a.builder_key() != art.builder_key()
+            ]
+            if same and art is min((art, *same), key=lambda a: a.date):
+                print(f"    confirmed: {len(same)} independent build(s) produced the same image id")
             for j in gate.judgements(ledger, art).values():
                 print(f"    {j.line()}")
         for pub in ledger.publications(h):
             print(f"  published {pub.date}: {pub.target}@{pub.digest} tags {', '.join(pub.tags)} ({pub.policy})")
+            if pub.attestation:
+                print(f"    attestation {pub.attestation['tag']} signed by key {pub.attestation['key_id'][:16]}")
     return 0
 
 

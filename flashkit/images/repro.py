@@ -204,13 +204,18 @@ _TREE = re.compile(r"^[│ ]*├── (.+)$")
 _NOT_FILES = ("file list", "stat {}", "filetype from file(1)", "zipinfo", "readelf", "objdump", "strings")
 
 
-def differing_files(report_text: str, limit: int = 60) -> tuple[str, ...]:
-    """The file names a diffoscope text report lists, in order, without its section headings."""
+def differing_files(report_text: str, roots: tuple[str, ...] = (), limit: int = 60) -> tuple[str, ...]:
+    """The file names a diffoscope text report lists, in order, relative to the compared ``roots``."""
     out: list[str] = []
     for line in report_text.splitlines():
         m = _TREE.match(line)
-        if m and not m.group(1).startswith(_NOT_FILES) and not m.group(1).startswith("+") and m.group(1) not in out:
-            out.append(m.group(1))
+        if not m:
+            continue
+        name = m.group(1).removeprefix("+++ ")  # a folder comparison names each file as "+++ ROOT/path"
+        for root in roots:
+            name = name.removeprefix(root.rstrip("/") + "/")
+        if not name.startswith(_NOT_FILES) and not name.startswith(("--- ", "+")) and name not in out:
+            out.append(name)
     return tuple(out[:limit])
 
 
@@ -230,4 +235,4 @@ def explain_layer(first: Path, second: Path, out: Path, timeout_s: int = 900) ->
         subprocess.run([*argv, str(first), str(second)], capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return (f"(diffoscope did not finish within {timeout_s}s; partial report in {out})",)
-    return differing_files(out.read_text(errors="replace")) if out.exists() else ()
+    return differing_files(out.read_text(errors="replace"), (str(first), str(second))) if out.exists() else ()
