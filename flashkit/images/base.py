@@ -108,7 +108,7 @@ def resolve_mirror(cli_value: str | None) -> tuple[str, str]:
     """(mirror, where it came from): CLI flag, then FLASHKIT_DEBIAN_MIRROR, then the host's apt.
 
     The mirror lands in the base's /etc/apt/sources.list, a layer of every image built on it, so a
-    mirror with credentials is refused (debootstrap has no other way to be given them).
+    mirror with credentials is refused (mmdebstrap writes the URL it is given into its logs).
     """
     for value, origin in (
         (cli_value, "--mirror"),
