@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from flashkit.cli.common import root
-from flashkit.core.errors import KeyFileError, SpecError, UsageError
+from flashkit.core.errors import KeyFileError, SpecError
 from flashkit.ledger import attest, gate
 from flashkit.ledger.registry_api import Registry, access, parse_image_ref
 from flashkit.ledger.verify_image import verify_image
@@ -52,9 +52,7 @@ def cmd_verify_image(args) -> int:
         print(f"  {t.get('tier')}: passed ({counts}){' on ' + where if where else ''}")
     for b in v.builds:
         print(f"  built by {b.get('host')} with {b.get('tool')} ({b.get('storage')}) on {b.get('date')}")
-    print(
-        f"run it by digest: docker run --rm {v.ref.split('@')[0].rsplit(':', 1)[0] if '@' not in v.ref else v.ref.split('@')[0]}@{v.digest}"
-    )
+    print(f"run it by digest (a tag can move after this check): docker run --rm {target}@{v.digest}")
     return 0
 
 
@@ -76,4 +74,4 @@ def register(sub) -> None:
     p.set_defaults(run=cmd_verify_image)
 
 
-__all__ = ["UsageError", "register"]
+__all__ = ["register"]
