@@ -13,7 +13,12 @@ import nox
 ROOT = Path(__file__).parent
 ENVS = sorted(p.stem for p in (ROOT / "envs").glob("*.yaml"))
 RENDER_DIR = ".work/rendered"  # git-ignored
-KIT_DEPS = ("pytest", "ruff==0.17.6", "nox")  # ruff pinned: a new release may add rules and fail lint on unchanged code
+KIT_DEPS = (
+    "pytest",
+    "ruff==0.17.6",
+    "nox",
+    "bcrypt",
+)  # bcrypt: the test registry's htpasswd file  # ruff pinned: a new release may add rules and fail lint on unchanged code
 
 # uv when it is installed (fast), else virtualenv, so a fresh host with only `pip install nox` works.
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -48,7 +53,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Real-docker tests: images, the cross-torch abi failure, publish against a local registry."""
+    """Real-docker tests: bases, the cross-torch abi failure, publish and verify-image against a TLS registry."""
     _kit(session)
     session.run("flashkit", "engine", "ensure", "--install")
     session.run("pytest", "tests", "-m", "docker", *session.posargs)
@@ -90,8 +95,8 @@ def _render(session: nox.Session, env: str) -> None:
 def _delegate(command: str):
     def body(session: nox.Session, env: str) -> None:
         _kit(session)
-        # A fresh host has no engine: install docker.io, debootstrap and docker-registry from Debian
-        # (apt) and start dockerd; on a host that has them this only checks the engine is up.
+        # A fresh host has no engine: install docker.io, mmdebstrap, buildah, skopeo, diffoscope-minimal and
+        # docker-registry from Debian (apt) and start dockerd; on a host that has them this only checks it is up.
         session.run("flashkit", "engine", "ensure", "--install")
         session.run("flashkit", command, env, *session.posargs, env={"FLASHKIT_ROOT": os.fspath(ROOT)})
 
@@ -101,7 +106,7 @@ def _delegate(command: str):
 for _env in ENVS:
     _env_session("lock", _env, f"Resolve lockfiles/{_env}/ for every Python (needs PyPI).", _lock)
     _env_session("render", _env, f"Render {_env}'s Dockerfile to {RENDER_DIR}/.", _render)
-    _env_session("build", _env, f"Build {_env}'s images and wheel (docker, BuildKit).", _delegate("build"))
+    _env_session("build", _env, f"Build {_env}'s images and wheel (mmdebstrap bases, buildah).", _delegate("build"))
     _env_session(
         "test", _env, f"Build {_env} if its inputs changed, run every tier, record verdicts.", _delegate("test")
     )

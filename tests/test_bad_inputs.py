@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Callable
@@ -21,9 +22,9 @@ from pathlib import Path
 import pytest
 from kitsupport import artifact, full_ledger, input_hash, snapshot, verdict
 
-from flashkit.core.errors import PullBackMismatch, PushFailed
+from flashkit.core.errors import FlashkitError, PullBackMismatch
 from flashkit.ledger import store
-from flashkit.ledger.registry_api import RegistryAPI, Target
+from flashkit.ledger.registry_api import Registry, Target, access, manifest_parts
 
 ENV = "cu130-torch211"
 SPEC = f"envs/{ENV}.yaml"
@@ -105,6 +106,7 @@ def _valid_build_result(root: Path) -> dict:
         "builder_ref": "b", "builder_id": "sha256:" + "2" * 64, "runtime_size": 1, "builder_size": 1,
         "wheel_path": "w.whl", "wheel_sha256": "3" * 64, "lock_sha256": "4" * 64, "base_image_id": None,
         "built": True, "seconds": 1.0, "log_path": "l", "context": {}, "date": "2026-12-01T00:00:00+00:00",
+        "runtime_base_id": None, "builder": {},
     }  # fmt: skip
 
 
@@ -484,59 +486,45 @@ class Misbehaving(BaseHTTPRequestHandler):
 
 
 MANIFEST_TYPE = {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}
+WRONG = "sha256:" + "0" * 64
 REPLIES = {
-    "tags-not-json": ("tags", (200, {}, b"<html>proxy login</html>"), PushFailed, "not JSON"),
-    "tags-not-a-list": ("tags", (200, {}, b'{"tags": "latest"}'), PushFailed, "not a list of names"),
-    "manifest-wrong-digest-header": (
-        "manifest",
-        (200, {**MANIFEST_TYPE, "Docker-Content-Digest": "sha256:" + "0" * 64}, b"{}"),
-        PullBackMismatch,
-        "registry says digest",
-    ),
-    "manifest-is-an-index": (
-        "manifest",
-        (200, {"Content-Type": "application/vnd.oci.image.index.v1+json"}, b"{}"),
-        PushFailed,
-        "not a single-image manifest",
-    ),
-    "manifest-too-large": (
-        "manifest",
-        (200, MANIFEST_TYPE, b"x" * (4 * 1024 * 1024 + 10)),
-        PushFailed,
-        "more than 4 MiB",
-    ),
-    "manifest-without-config": (
-        "config",
-        (200, MANIFEST_TYPE, b'{"layers": []}'),
-        PullBackMismatch,
-        "no config or layers",
-    ),
-    "manifest-bad-layer-digest": (
-        "config",
-        (200, MANIFEST_TYPE, b'{"config": {"digest": "sha256:x"}, "layers": []}'),
-        PullBackMismatch,
-        "is not a sha256 digest",
-    ),
-    "hang-up-mid-reply": ("tags", (0, {}, b""), PushFailed, "did not answer"),
-    "server-error": ("tags", (500, {}, b"boom"), PushFailed, "answered HTTP 500"),
+    "tags-not-json": ("tags", (200, {}, b"<html>proxy login</html>"), (18,), "skopeo failed"),
+    "hang-up-mid-reply": ("tags", (0, {}, b""), (18,), "skopeo failed"),
+    "server-error": ("tags", (500, {}, b"boom"), (18,), "skopeo failed"),
+    "asks-for-a-login": ("tags", (401, {"WWW-Authenticate": 'Basic realm="x"'}, b"{}"), (26,), "refused the login"),
+    "manifest-with-other-bytes": ("manifest", (200, MANIFEST_TYPE, b"{}"), (18, 19), "sha256"),
 }
 
 
+@pytest.mark.docker
+@pytest.mark.skipif(shutil.which("skopeo") is None, reason="apt-get install skopeo")
 @pytest.mark.parametrize("name", REPLIES, ids=list(REPLIES))
 def test_bad_registry_replies_are_clear_errors(name):
-    call, reply, error, needle = REPLIES[name]
+    """What skopeo gets from a registry that misbehaves ends as exit 18/19/26 with a message, never a traceback."""
+    call, reply, codes, needle = REPLIES[name]
     handler = type("H", (Misbehaving,), {"reply": reply})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    target = Target(f"127.0.0.1:{server.server_port}", "org/flash")
     try:
-        api = RegistryAPI(Target(f"127.0.0.1:{server.server_port}", "org/flash"), timeout_s=10)
-        with pytest.raises(error) as exc:
+        with access(target, {}) as acc, pytest.raises(FlashkitError) as exc:
+            reg = Registry(target, acc)
             if call == "tags":
-                api.tags("org/flash")
-            elif call == "manifest":
-                api.manifest("org/flash", "latest")
+                reg.tags()
             else:
-                api.config("org/flash", reply[2])
-        assert needle in str(exc.value) and exc.value.exit_code in (18, 19)
+                reg.manifest(WRONG)
+        assert exc.value.exit_code in codes and needle in str(exc.value), str(exc.value)
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (b'{"layers": []}', "no config or layers"),
+        (b'{"config": {"digest": "sha256:x"}, "layers": []}', "is not a sha256 digest"),
+    ],
+)
+def test_manifests_without_a_usable_config_are_refused(body, needle):
+    with pytest.raises(PullBackMismatch, match=needle):
+        manifest_parts("m", body)

@@ -85,5 +85,45 @@ def test_not_reproducible_exit_code_is_documented():
     from flashkit.core.errors import NotReproducible
 
     assert NotReproducible.exit_code == 30
-    assert ("30", EXIT_CODES[-1][1]) == EXIT_CODES[-1] and "--check" in EXIT_CODES[-1][1]
+    row = dict(EXIT_CODES)["30"]
+    assert "--check" in row and "image" in row
     assert "| 30 |" in (REPO / "README.md").read_text()
+
+
+def test_oci_history_names_the_step_of_each_layer():
+    from flashkit.images.repro import oci_history
+
+    history = [
+        {"created_by": "/bin/sh -c #(nop) ADD file:3d99 in / "},
+        {"created_by": "/bin/sh -c #(nop) ENV PATH=/usr/bin", "empty_layer": True},
+        {"created_by": "|1 SOURCE_DATE_EPOCH=1795996800 /bin/sh -c useradd flash"},
+        {"created_by": "/bin/sh -c #(nop) COPY dir:ab12 in /src/ "},
+        {"created_by": "/bin/sh -c #(nop) LABEL a=b", "empty_layer": True},
+    ]
+    assert oci_history(history, 3) == ("base image (ADD rootfs)", "RUN useradd flash", "COPY dir:ab12 in /src/")
+    assert oci_history(history, 4) == ("unknown",) * 4
+
+
+def test_diffoscope_file_names_are_read_from_its_report():
+    from flashkit.images.repro import differing_files
+
+    report = (
+        "--- /a/diff\n+++ /b/diff\n├── file list\n│ @@ -1 +1 @@\n├── stamp\n│ @@ -1 +1 @@\n"
+        "│ -1795996801\n│ +1795996802\n├── usr/lib/x.pyc\n│ ├── stat {}\n"
+    )
+    assert differing_files(report) == ("stamp", "usr/lib/x.pyc")
+    folders = "--- /s1/diff\n+++ /s2/diff\n│   --- /s1/diff/stamp\n├── +++ /s2/diff/stamp\n│ @@ -1 +1 @@\n"
+    assert differing_files(folders, ("/s1/diff", "/s2/diff")) == ("stamp",)
+
+
+def test_a_differing_base_makes_the_check_fail_and_is_said():
+    same = WheelComparison("aa", "aa")
+    img = ImageComparison("sha256:1", "sha256:1", 3, ())
+    rep = CheckReport(
+        "cu130-torch211", "fk2-abc", _result("t", "a.whl", 1), _result("t-check", "b.whl", 2), same, img, img,
+        "2026-12-01T00:00:00+00:00", bases={"runtime": ("sha256:r1", "sha256:r2"), "builder": ("sha256:b", "sha256:b")},
+    )  # fmt: skip
+    assert not rep.identical
+    assert "runtime base differs: sha256:r1 vs sha256:r2" in rep.text()
+    assert "builder base reproducible: sha256:b" in rep.text()
+    assert rep.to_json()["bases"]["runtime"]["identical"] is False

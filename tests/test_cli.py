@@ -55,10 +55,11 @@ def test_render_to_file_and_stdout_agree(kit_repo, cli, tmp_path):
 
 def test_hash_prints_the_input_hash(kit_repo, cli):
     res = cli("--repo", str(kit_repo), "hash", "cu124-torch27")
-    assert res.code == 0 and res.out.strip().startswith("fk1-")
+    assert res.code == 0 and res.out.strip().startswith("fk2-")
     res = cli("--repo", str(kit_repo), "hash", "cu124-torch27", "--manifest")
     manifest = json.loads(res.out[: res.out.rindex("}") + 1])
-    assert manifest["scheme"] == 1 and manifest["spec"]["id"] == "cu124-torch27"
+    assert manifest["scheme"] == 2 and manifest["spec"]["id"] == "cu124-torch27"
+    assert set(manifest["lock"]) == {"runtime_sha256", "build_sha256", "base_sha256"}
 
 
 def test_validate_and_lint_all(kit_repo, cli):

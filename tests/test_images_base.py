@@ -49,20 +49,3 @@ def test_flag_beats_environment_beats_host(monkeypatch):
     assert base.resolve_mirror(None) == ("http://env.example/debian", "FLASHKIT_DEBIAN_MIRROR")
     monkeypatch.delenv("FLASHKIT_DEBIAN_MIRROR")
     assert base.resolve_mirror(None)[1] == "host apt sources"
-
-
-def test_tidy_empties_volatile_state_and_keeps_apt_dirs(tmp_path):
-    root = tmp_path / "rootfs"
-    for rel in (
-        "var/lib/apt/lists/deb.debian.org_dists_bookworm_Release",
-        "var/log/dpkg.log",
-        "var/cache/apt/pkgcache.bin",
-        "etc/machine-id",
-    ):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("x")
-    base._tidy(root)
-    assert (root / "etc/machine-id").read_text() == ""
-    assert not (root / "var/log/dpkg.log").exists()
-    assert (root / "var/lib/apt/lists/partial").is_dir()
-    assert list((root / "var/cache/apt").rglob("*.bin")) == []

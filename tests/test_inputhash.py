@@ -20,7 +20,8 @@ def h(root: Path, env: str = ENV) -> str:
 
 def test_format_and_scheme(kit_repo):
     value = h(kit_repo)
-    assert value.startswith("fk1-") and len(value) == 4 + 64
+    assert value.startswith("fk2-") and len(value) == 4 + 64
+    assert inputhash.is_input_hash("fk1-" + "0" * 64)  # old ledger lines keep their scheme-1 names
     assert inputhash.tag_suffix(value) == value[:20]
     with pytest.raises(ValueError):
         inputhash.tag_suffix("sha256:abc")

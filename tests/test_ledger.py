@@ -214,3 +214,40 @@ def test_every_committed_ledger_line_validates_against_the_committed_schema():
             errors = list(validator.iter_errors(json.loads(line)))
             assert not errors, f"{path.name}:{n}: {errors[0].message}"
         store.load(REPO, path.stem)  # and the semantic checks
+
+
+def _build(tmp_wheel, builder: dict, date: str):
+    from flashkit.images.build import BuildResult
+
+    return BuildResult(
+        env="cu130-torch211", input_hash=H2, runtime_ref="flashkit/cu130-torch211:x", runtime_id=digest("img"),
+        builder_ref="b", builder_id=digest("bld"), runtime_size=1, builder_size=1, wheel_path=str(tmp_wheel),
+        wheel_sha256="a" * 64, lock_sha256="0" * 64, base_image_id=digest("base"), built=True, seconds=1.0,
+        log_path="l", context={}, date=date, runtime_base_id=digest("rbase"), builder=builder,
+    )  # fmt: skip
+
+
+def test_an_independent_build_of_the_same_image_is_recorded_as_a_confirmation(tmp_path):
+    """Reproducible images: another host or storage that gets the same ids adds its own artifact; the same
+    builder again adds nothing; old lines without a builder stay valid."""
+    from flashkit.ledger.record import record_build
+
+    wheel = tmp_path / "flash_kernels-0.1.0-cp310-abi3-linux_x86_64.whl"
+    wheel.write_bytes(b"w")
+    a = {
+        "host": "build-1 (0123456789ab)",
+        "tool": "buildah 1.28.2",
+        "storage": "overlay:/var/lib/containers/storage",
+        "cold": True,
+    }
+    b = {**a, "storage": "overlay:/var/tmp/second/storage"}
+    _l, first, added = record_build(tmp_path, _build(wheel, a, "2026-12-01T10:00:00+00:00"))
+    assert len(added) == 1 and first.builder == a and first.runtime_base_id == digest("rbase")
+    assert record_build(tmp_path, _build(wheel, {**a, "cold": False}, "2026-12-01T11:00:00+00:00"))[2] == []
+    _l, second, added = record_build(tmp_path, _build(wheel, b, "2026-12-01T12:00:00+00:00"))
+    assert [f.kind for f in added] == ["artifact"] and second.image_id == first.image_id
+    ledger = store.load(tmp_path, "cu130-torch211")
+    assert [x.builder["storage"] for x in ledger.artifacts(H2)] == [a["storage"], b["storage"]]
+    old = artifact(h=H1)  # a line of before: no builder, no runtime base
+    store.append(tmp_path, "cu130-torch211", [old])
+    assert "builder" not in json.loads(old.line()) and store.load(tmp_path, "cu130-torch211").artifacts(H1) == [old]

@@ -9,7 +9,7 @@ from kitsupport import artifact, full_ledger
 from flashkit.core.errors import PublishRefused, UsageError
 from flashkit.ledger import store
 from flashkit.ledger.gate import DEFAULT_POLICY, gate, parse_policy
-from flashkit.ledger.publish import image_labels, refuse_hint
+from flashkit.ledger.publish import refuse_hint
 from flashkit.ledger.registry_api import Target, parse_target
 
 IMG = "sha256:" + "1" * 64
@@ -44,13 +44,6 @@ def test_refusal_hint_names_the_gpu_ways_out(tmp_path):
     assert "--policy no-gpu" in hint and "flashkit test cu130-torch211" in hint
 
 
-def test_labels_state_policy_and_judged_image():
-    labels = image_labels("e", H, IMG, parse_policy("no-gpu"), ("build", "abi", "cpu"))
-    assert labels["io.flashkit.policy"] == "no-gpu:build,abi,cpu"
-    assert labels["io.flashkit.verified-tiers"] == "build,abi,cpu"
-    assert labels["io.flashkit.judged-image"] == IMG
-
-
 @pytest.mark.parametrize(
     "text,host,repo,scheme",
     [
@@ -62,8 +55,9 @@ def test_labels_state_policy_and_judged_image():
 )
 def test_registry_target(text, host, repo, scheme):
     t = parse_target(text)
-    assert (t.host, t.repository, t.base_url.split(":")[0]) == (host, repo, scheme)
-    assert t.staging == repo + "-staging"
+    assert (t.host, t.repository, t.loopback) == (host, repo, scheme == "http")
+    assert t.ref("latest") == f"docker://{host}/{repo}:latest"
+    assert t.ref("sha256:" + "a" * 64) == f"docker://{host}/{repo}@sha256:" + "a" * 64
 
 
 @pytest.mark.parametrize(
@@ -74,7 +68,7 @@ def test_registry_target(text, host, repo, scheme):
         ("org/flash", "HOST[:PORT]/REPOSITORY"),
         ("127.0.0.1:5000", "HOST[:PORT]/REPOSITORY"),
         ("127.0.0.1:5000/Org/flash", "'Org' is not allowed"),
-        ("user:token@registry.example.com/org/flash", "FLASHKIT_NETRC"),
+        ("user:token@registry.example.com/org/flash", "FLASHKIT_REGISTRY_USER"),
         ("https://registry.example.com/org/flash", "without a scheme"),
         ("127.0.0.1:5000/org/flash\n", "is not allowed"),
     ],

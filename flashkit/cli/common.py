@@ -52,5 +52,5 @@ def add_install_engine_option(p) -> None:
     p.add_argument(
         "--install-engine",
         action="store_true",
-        help="on a fresh host: apt-get install docker.io/debootstrap first (or FLASHKIT_INSTALL_ENGINE=1)",
+        help="on a fresh host: apt-get install docker.io, mmdebstrap, buildah, skopeo first (or FLASHKIT_INSTALL_ENGINE=1)",
     )

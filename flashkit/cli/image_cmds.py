@@ -8,12 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-from flashkit.cli.common import add_install_engine_option, mem, plans, root
+from flashkit.cli.common import add_install_engine_option, mem, plans, root, specs
 from flashkit.core import paths
-from flashkit.core.errors import BaseImageError, NotReproducible, UsageError
-from flashkit.images import base, build, build_check, gc, site
+from flashkit.core.atomic import write_text_atomic
+from flashkit.core.errors import NotReproducible, UsageError
+from flashkit.images import base, build, build_check, buildah, gc, site
 from flashkit.images.engine import ensure_engine
 from flashkit.images.local_registry import LocalRegistry
+from flashkit.ledger import store
+from flashkit.ledger.record import record_build
+from flashkit.plan import baselock, rules
 from flashkit.plan.plan import plan_of
 from flashkit.plan.specfile import load_all
 
@@ -43,27 +47,35 @@ def cmd_engine(args) -> int:
         f"engine: {engine.server_version} (API {engine.api_version}, storage {engine.storage_driver}, "
         f"data root {engine.data_root}) at {engine.base_url}"
     )
-    print(f"build client: {engine.build_client.describe()}")
+    print(f"builder: {buildah.find_buildah().describe()}")
     return 0
 
 
 def cmd_base(args) -> int:
-    engine = ensure_engine()
-    if args.base_action == "show":
-        for _suite, rec in sorted(base.load_records().items()):
-            print(f"{rec.pinned_tag}  {rec.image_id}  layer {rec.layer_digest}")
-            print(f"    from {rec.mirror} ({rec.release_date}), debootstrap {rec.debootstrap}")
+    r = root(args)
+    (spec,) = specs(r, args)
+    rules.require_accepted(spec)
+    if spec.base.flavor != "debian":
+        raise UsageError(f"{spec.id} starts from {spec.base.ref}, not from a Debian base made here")
+    log_path = r / ".work" / "logs" / f"base-{spec.id}.log"
+    if args.base_action == "lock":
+        lock = base.lock_bases(spec, mirror=args.mirror, log_path=log_path)
+        path = paths.base_lock_file(r, str(spec.id))
+        write_text_atomic(path, baselock.format_lock(spec, lock))
+        for stage in baselock.STAGES:
+            print(f"{stage}: {len(lock.packages[stage])} packages")
+        print(f"wrote {paths.rel(r, path)} (part of the input hash: commit it)")
         return 0
-    for suite in args.suites:
-        if not args.force:
-            try:
-                rec = base.pinned_base(engine, suite)
-                print(f"{rec.tag} already pinned: {rec.image_id} (use --force to recreate)")
-                continue
-            except BaseImageError:
-                pass
-        rec = base.create_base(engine, suite, mirror=args.mirror)
-        print(f"{rec.tag}  {rec.image_id}  layer {rec.layer_digest}  {rec.seconds:.0f}s")
+    plan = plan_of(r, spec)
+    plan.require_consistent_locks()
+    lock, problems = baselock.parse(plan.locks.base or "")
+    if lock is None:
+        raise UsageError("; ".join(problems))
+    bh = buildah.find_buildah()
+    for stage in baselock.STAGES:
+        img = base.make_base(bh, spec, lock, stage, namespace=build.namespace(), mirror=args.mirror, log_path=log_path)
+        made = f"made in {img.seconds:.0f}s, rootfs {img.rootfs_sha256}" if img.rootfs_sha256 else "already there"
+        print(f"{img.tag}  {img.image_id}  ({made})")
     return 0
 
 
@@ -88,11 +100,18 @@ def cmd_build(args) -> int:
     options = build_options(args)  # site inputs are checked before any engine is started
     engine = ensure_engine(install=args.install_engine)
     if args.check:
-        report = build_check.check_plan(r, plan, engine, options)
+        report = build_check.check_plan(r, plan, engine, options, keep=args.keep_check_storage)
         print(report.text())
         print(f"report: {paths.rel(r, build_check.report_path(r, report.env, report.input_hash))}")
-        if not report.wheel.identical:
-            raise NotReproducible(f"{report.env}: the cold rebuild's wheel differs from the first build's (above)")
+        if report.identical:
+            # A second, independent builder got the same digests: that is evidence, and the ledger keeps it.
+            _ledger, art, added = record_build(r, report.second)
+            if added:
+                print(
+                    f"recorded in {paths.rel(r, store.ledger_path(r, report.env))}: build {art.id[7:19]} by {art.builder}"
+                )
+        if not report.identical:
+            raise NotReproducible(f"{report.env}: the second builder's build is not bit-identical to the first (above)")
         return 0
     res = build.build_plan(r, plan, engine, dataclasses.replace(options, rebuild=args.rebuild, no_cache=args.no_cache))
     what = "built" if res.built else "up to date"
@@ -106,7 +125,7 @@ def cmd_build(args) -> int:
 
 def cmd_gc(args) -> int:
     r = root(args)
-    keep = gc.keep_tags([plan_of(r, s) for s in load_all(r)], base.load_records(r / base.RECORD_PATH))
+    keep = gc.keep_tags([plan_of(r, s) for s in load_all(r)])
     report = gc.collect(ensure_engine(), keep, prefix=args.prefix, dry_run=args.dry_run, build_cache=args.build_cache)
     for tag in report.plan.keep:
         print(f"keep    {tag}")
@@ -132,21 +151,21 @@ def register(sub) -> None:
     p.add_argument(
         "--install",
         action="store_true",
-        help="apt-get install whichever of docker.io, debootstrap, docker-registry is missing",
+        help="apt-get install whichever of docker.io, mmdebstrap, buildah, skopeo, diffoscope-minimal, docker-registry is missing",
     )
     p.add_argument(
         "--log", type=Path, default=Path(".work/logs/dockerd.log"), help="dockerd's log when flashkit starts it"
     )
     p.set_defaults(run=cmd_engine)
 
-    p = sub.add_parser("base", help="create the Debian base images without a registry")
+    p = sub.add_parser("base", help="lock or make an env's Debian bases (mmdebstrap, no registry)")
     bsub = p.add_subparsers(dest="base_action", required=True)
-    c = bsub.add_parser("create", help="debootstrap a suite and import it as flashkit/debian:SUITE")
-    c.add_argument("suites", nargs="+", choices=base.SUITES)
+    c = bsub.add_parser("lock", help="resolve the bases' packages now and write lockfiles/ENV/base.txt (root)")
+    c.add_argument("env", help="env id, e.g. cu130-torch211")
     c.add_argument("--mirror", help="Debian archive URL (default: FLASHKIT_DEBIAN_MIRROR, else the host's apt sources)")
-    c.add_argument("--force", action="store_true", help="recreate even when a pinned base exists")
-    s = bsub.add_parser("show", help="print the pinned bases")
-    s.set_defaults(suites=[])
+    c = bsub.add_parser("build", help="make the env's builder and runtime bases at the locked versions (root)")
+    c.add_argument("env", help="env id, e.g. cu130-torch211")
+    c.add_argument("--mirror", help="Debian archive URL (default: FLASHKIT_DEBIAN_MIRROR, else the host's apt sources)")
     p.set_defaults(run=cmd_base)
 
     p = sub.add_parser("registry", help="run a local OCI registry on 127.0.0.1 (docker-registry)")
@@ -161,8 +180,10 @@ def register(sub) -> None:
     p.add_argument(
         "--check",
         action="store_true",
-        help="build again without cache and compare with the build of record: the wheel must be bit-identical (exit 30 if not)",
+        help="build again, cold, in a fresh buildah storage and compare with the build of record: wheel, bases, "
+        "builder and runtime images must be bit-identical (exit 30 if not; diffoscope names differing files)",
     )
+    p.add_argument("--keep-check-storage", metavar="DIR", help="with --check: build the second time in DIR and keep it")
     p.add_argument("--quiet", action="store_true", help="show only step headers; the log keeps everything")
     add_site_options(p)
     add_install_engine_option(p)

@@ -102,7 +102,9 @@ def cmd_publish(args) -> int:
         image_ref=image_ref(plan.env_id, plan.tag),
         policy=policy,
         target=target,
-        tags=plan.spec.publish_tags,
+        tags=(plan.spec.id.card_tag, *plan.spec.publish_tags),
+        signing_key=Path(args.signing_key) if args.signing_key else None,
+        inputs=plan.manifest(),
     )
     require_a_build(req)
     out = publish_image(ensure_engine(), req, dry_run=args.dry_run, say=say)
@@ -112,7 +114,9 @@ def cmd_publish(args) -> int:
     print(f"{plan.env_id}: published {out.target}@{out.digest}")
     for t in out.tags:
         print(f"  {out.target}:{t}")
-    print(f"  judged image {out.judged_image_id}, published image {out.published_image_id}")
+    print(f"  image {out.judged_image_id} (the judged image, unchanged)")
+    if out.attestation:
+        print(f"  attestation {out.target}:{out.attestation['tag']} signed by key {out.attestation['key_id'][:16]}")
     print(f"  recorded in {paths.rel(r, store.ledger_path(r, plan.env_id))}")
     return 0
 
@@ -159,12 +163,25 @@ def cmd_ledger_show(args) -> int:
         raise RecordError(f"{args.env} has no ledger yet ({paths.rel(r, store.ledger_path(r, args.env))})")
     for h in ledger.input_hashes():
         print(f"input hash {h}")
-        for art in ledger.artifacts(h):
-            print(f"  build {art.id[7:19]} {art.date}: image {art.image_id[7:19]}, wheel {art.wheel_sha256[:12]}")
+        arts = ledger.artifacts(h)
+        for art in arts:
+            print(f"  build {art.id[7:19]} {art.date}: image {art.image_id}, wheel {art.wheel_sha256[:12]}")
+            if art.builder:
+                b = art.builder
+                print(
+                    f"    by {b.get('host')} with {b.get('tool')} ({b.get('storage')}){' cold' if b.get('cold') else ''}"
+                )
+            same = [
+                a for a in arts if a is not art and a.image_id == art.image_id and a.builder_key() != art.builder_key()
+            ]
+            if same and art is min((art, *same), key=lambda a: a.date):
+                print(f"    confirmed: {len(same)} independent build(s) produced the same image id")
             for j in gate.judgements(ledger, art).values():
                 print(f"    {j.line()}")
         for pub in ledger.publications(h):
             print(f"  published {pub.date}: {pub.target}@{pub.digest} tags {', '.join(pub.tags)} ({pub.policy})")
+            if pub.attestation:
+                print(f"    attestation {pub.attestation['tag']} signed by key {pub.attestation['key_id'][:16]}")
     return 0
 
 
@@ -208,6 +225,9 @@ def register(sub) -> None:
     p.add_argument("--registry", help=f"HOST[:PORT]/REPOSITORY (default: ${REGISTRY_ENV})")
     p.add_argument("--policy", default=gate.DEFAULT_POLICY, help="full (default), no-gpu, or a list like build,abi,cpu")
     p.add_argument("--dry-run", action="store_true", help="run the gate only; touch no registry")
+    p.add_argument(
+        "--signing-key", help="ed25519 private key that signs the attestation (default: $FLASHKIT_SIGNING_KEY)"
+    )
     p.set_defaults(run=cmd_publish)
 
     p = sub.add_parser("wheelhouse", help="export verified wheels into an index with hash-pinned requirements")

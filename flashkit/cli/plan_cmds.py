@@ -249,7 +249,7 @@ def cmd_lint(args) -> int:
                 raise ToolError(f"could not run hadolint: {exc}") from None
             pin = {
                 "pinned": "pinned by digest",
-                "local": "local debootstrap base (its image id is recorded at build)",
+                "local": "local mmdebstrap bases at the base lock's versions (lockfiles/<env>/base.txt)",
                 "unpinned": f"UNPINNED base: {plan.spec.base.digest_note}",
             }[plan.spec.base.pin_state]
             if proc.returncode == 0:

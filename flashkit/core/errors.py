@@ -167,10 +167,40 @@ class PythonNotCovered(FlashkitError):
     exit_code = 26
 
 
+class KeyFileError(FlashkitError):
+    """A signing or public key is missing, unreadable, too open, or not an ed25519 key."""
+
+    exit_code = 27
+
+
+class AttestationMissing(FlashkitError):
+    """verify-image: no signed attestation is attached to the image's digest."""
+
+    exit_code = 28
+
+
+class AttestationInvalid(FlashkitError):
+    """verify-image: the attestation's signature, subject digest or content does not check out."""
+
+    exit_code = 29
+
+
 class NotReproducible(FlashkitError):
-    """build --check: the cold rebuild's wheel is not bit-identical to the first build's."""
+    """build --check: the cold rebuild's wheel or an image is not bit-identical to the first build's."""
 
     exit_code = 30
+
+
+class PolicyNotMet(FlashkitError):
+    """verify-image: the attestation does not show every tier the asked policy requires as passed."""
+
+    exit_code = 31
+
+
+class RegistryAuthFailed(FlashkitError):
+    """The registry refused the credentials, or none were found where a login is needed; no tag was moved."""
+
+    exit_code = 32
 
 
 def _table() -> tuple[tuple[str, str], ...]:

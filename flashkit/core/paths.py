@@ -69,6 +69,11 @@ def production_file(repo_root: Path, env_id: str) -> Path:
     return repo_root / LOCKFILES_DIR / f"{env_id}.txt"
 
 
+def base_lock_file(repo_root: Path, env_id: str) -> Path:
+    """Base lock: every Debian package of a debian-flavoured env's builder and runtime bases."""
+    return lock_dir(repo_root, env_id) / "base.txt"
+
+
 def rel(repo_root: Path, path: Path) -> str:
     """A repo-relative POSIX path for messages and manifests (never an absolute path)."""
     try:

@@ -1,24 +1,26 @@
-"""Air-gapped Debian base images: debootstrap a suite, import it, pin the result locally.
+"""Reproducible Debian base images: mmdebstrap at the locked package versions, imported with buildah.
 
-The build host reaches Debian's package mirror but no container registry, so
-the bases the Dockerfile starts FROM are made here: ``debootstrap
---variant=minbase`` into a directory, tidy the files that differ run to run,
-tar it with a fixed order, owners and clamped mtimes, and ``docker import`` it
-as ``flashkit/debian:<suite>``.
+The build host reaches Debian's package mirror but no container registry, so the bases the images start
+FROM are made here, two per debian-flavoured env (builder and runtime), from the env's committed base
+lock (``lockfiles/<env>/base.txt``, :mod:`flashkit.plan.baselock`):
 
-The filesystem layer is reproducible for a given mirror state (its digest is
-recorded), but the image id is not: ``docker import`` stamps the creation time
-into the image config. So the id is pinned in ``.work/bases.lock.json``, a
-record of *this host's* engine, git-ignored on purpose. ``flashkit build``
-checks the tag still points at the pinned id before it builds on it.
+- ``flashkit base lock ENV`` runs ``mmdebstrap`` for each stage with the packages the spec asks for and
+  records every installed package and version: a new lock is a new input hash.
+- a build runs ``mmdebstrap --include=<every locked name=version>`` with ``SOURCE_DATE_EPOCH`` (the
+  spec's lock date; mmdebstrap then clamps mtimes, drops logs and caches and writes a reproducible
+  tarball), checks the installed set against the lock, and imports the tarball with ``buildah build
+  --timestamp`` (``FROM scratch`` + ``ADD``). The same lock gives the same base image id on any host.
+- when the archive no longer serves a locked version, apt fails and so does the build, with the
+  packages named and the re-lock to run; nothing drifts silently.
+
+The image's ``/etc/apt/sources.list`` names Debian's public archive whichever mirror was used (the mirror
+is a site input, recorded in the build context, not identity).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import email.utils
-import json
+import hashlib
 import logging
 import os
 import re
@@ -28,54 +30,39 @@ import tempfile
 import time
 from pathlib import Path
 
-from flashkit.core.atomic import write_json_atomic
 from flashkit.core.digests import sha256_file as sha256
 from flashkit.core.errors import BaseImageError, UsageError
-from flashkit.core.safeio import read_text
 from flashkit.core.textcheck import check_site_url
-from flashkit.images.engine import Engine
+from flashkit.images import buildah
+from flashkit.images.buildah import Buildah
+from flashkit.plan import baselock
+from flashkit.plan.baselock import BaseLock
+from flashkit.plan.render import source_date_epoch
+from flashkit.plan.spec import EnvSpec
 
 log = logging.getLogger(__name__)
 
 SUITES = ("bookworm", "trixie")
-IMAGE_REPO = "flashkit/debian"
-RECORD_PATH = Path(".work/bases.lock.json")
-# non-free carries Debian's nvidia-cuda-toolkit; contrib and non-free-firmware
-# complete the set so an env spec never has to edit sources.list.
-COMPONENTS = "main,contrib,non-free,non-free-firmware"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-RECORD_SCHEMA = 1
-
-# Files that differ on every debootstrap run and that no image needs: apt's
-# downloaded indexes and binary caches, logs, the per-machine id, ldconfig's
-# auxiliary cache. Removing them makes the layer reproducible.
-_VOLATILE = (
-    "var/lib/apt/lists",
-    "var/cache/apt",
-    "var/cache/ldconfig/aux-cache",
-    "var/log",
-    "debootstrap",
-    "etc/machine-id",
-    "var/lib/dbus/machine-id",
-)
+PUBLIC_ARCHIVE = DEFAULT_MIRROR  # what the image's sources.list names, whichever mirror built it
+# dpkg's list of what is installed, written out of the chroot by a customize hook.
+_LIST_HOOK = "chroot \"$1\" dpkg-query -W -f='${{Package}}=${{Version}}\\n' > {out}"
+_NOT_FOUND = re.compile(r"Version '([^']+)' for '([^']+)' was not found")
+BASE_CONTAINERFILE = """\
+FROM scratch
+ADD rootfs.tar /
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+CMD ["bash"]
+"""
 
 
 @dataclasses.dataclass(frozen=True)
-class BaseRecord:
-    suite: str
-    tag: str
+class BaseImage:
+    stage: str
+    tag: str  # names exactly this image: derived from the locked packages and the epoch
     image_id: str
-    layer_digest: str
-    mirror: str
-    release_date: str
-    debootstrap: str
-    created: str
+    rootfs_sha256: str | None  # the mmdebstrap tarball; None when the image was already in the storage
     seconds: float
-
-    @property
-    def pinned_tag(self) -> str:
-        """A tag that names this exact image: BuildKit cannot start FROM a bare image id."""
-        return f"{self.tag.rpartition(':')[0]}:{self.suite}-{self.image_id.removeprefix('sha256:')[:12]}"
 
 
 def _debian_sources(root: Path) -> list[tuple[str, list[str]]]:
@@ -121,7 +108,7 @@ def resolve_mirror(cli_value: str | None) -> tuple[str, str]:
     """(mirror, where it came from): CLI flag, then FLASHKIT_DEBIAN_MIRROR, then the host's apt.
 
     The mirror lands in the base's /etc/apt/sources.list, a layer of every image built on it, so a
-    mirror with credentials is refused (debootstrap has no other way to be given them).
+    mirror with credentials is refused (mmdebstrap writes the URL it is given into its logs).
     """
     for value, origin in (
         (cli_value, "--mirror"),
@@ -135,206 +122,110 @@ def resolve_mirror(cli_value: str | None) -> tuple[str, str]:
     return host_mirror(), "host apt sources"
 
 
-def _release_date(rootfs: Path, suite: str) -> tuple[str, int]:
-    """The suite's Release date from the indexes debootstrap fetched: the rootfs' clock."""
-    lists = rootfs / "var/lib/apt/lists"
-    for f in sorted(lists.glob("*_Release")) + sorted(lists.glob("*_InRelease")):
-        for line in f.read_text(errors="replace").splitlines():
-            if line.startswith("Date:"):
-                raw = line.split(":", 1)[1].strip()
-                when = email.utils.parsedate_to_datetime(raw)
-                return raw, int(when.timestamp())
-    # debootstrap keeps no lists on some versions; fall back to a fixed epoch
-    # rather than "now", which would make every layer differ.
-    log.warning("no Release file in %s; clamping mtimes to SOURCE_DATE_EPOCH or 0", lists)
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
-    return "unknown", epoch
-
-
-def _tidy(rootfs: Path) -> None:
-    for rel in _VOLATILE:
-        p = rootfs / rel
-        if p.is_dir() and not p.is_symlink():
-            for child in p.iterdir():
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
-        elif p.name == "machine-id" and p.exists():
-            # systemd treats an empty machine-id as "generate at first boot".
-            p.write_text("")
-        elif p.exists() or p.is_symlink():
-            p.unlink()
-    # apt expects these directories to exist.
-    for rel in ("var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/log/apt"):
-        (rootfs / rel).mkdir(parents=True, exist_ok=True)
-
-
-def _debootstrap_version() -> str:
-    res = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "debootstrap"], capture_output=True, text=True)
-    return res.stdout.strip() or "unknown"
-
-
-def _run_logged(argv: list[str], logf) -> None:
-    logf.write(f"$ {' '.join(argv)}\n".encode())
-    logf.flush()
-    res = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT)
-    if res.returncode != 0:
+def _check_can_mmdebstrap() -> None:
+    """Refuse early, before any work, what mmdebstrap would fail on later."""
+    if not shutil.which("mmdebstrap"):
         raise BaseImageError(
-            f"`{' '.join(argv[:4])} ...` failed with exit {res.returncode}", hint=f"see the log {logf.name}"
-        )
-
-
-def create_base(
-    engine: Engine,
-    suite: str,
-    *,
-    mirror: str | None = None,
-    workdir: Path = Path(".work/bases"),
-    record_path: Path = RECORD_PATH,
-    repo: str = IMAGE_REPO,
-) -> BaseRecord:
-    """debootstrap ``suite``, import it as ``<repo>:<suite>`` (default flashkit/debian) and pin its id."""
-    _check_can_debootstrap(suite)
-    mirror_url, origin = resolve_mirror(mirror)
-    log.info("creating %s base from %s (%s)", suite, mirror_url, origin)
-    workdir.mkdir(parents=True, exist_ok=True)
-    log_path = Path(".work/logs") / f"base-{suite}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"{suite}-", dir=workdir) as tmp, open(log_path, "wb") as logf:
-        rootfs = Path(tmp) / "rootfs"
-        _run_logged(
-            ["debootstrap", "--variant=minbase", f"--components={COMPONENTS}", suite, str(rootfs), mirror_url], logf
-        )
-        release_raw, epoch = _release_date(rootfs, suite)
-        _tidy(rootfs)
-        tar_path = Path(tmp) / "rootfs.tar"
-        _tar_rootfs(rootfs, tar_path, epoch, logf)
-        digest = "sha256:" + sha256(tar_path)
-        tag = f"{repo}:{suite}"
-        image = _import_layer(engine, tar_path, repo, suite, digest)
-    rec = BaseRecord(
-        suite=suite,
-        tag=tag,
-        image_id=image.id,
-        layer_digest=digest,
-        mirror=mirror_url,
-        release_date=release_raw,
-        debootstrap=_debootstrap_version(),
-        created=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        seconds=round(time.monotonic() - start, 1),
-    )
-    _write_record(record_path, rec)
-    log.info("%s = %s (layer %s) in %.0fs", tag, rec.image_id, digest, rec.seconds)
-    return rec
-
-
-def _check_can_debootstrap(suite: str) -> None:
-    """Refuse early, before any work, what debootstrap would fail on later."""
-    if suite not in SUITES:
-        raise BaseImageError(f"unknown Debian suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
-    if not shutil.which("debootstrap"):
-        raise BaseImageError(
-            "debootstrap is not installed", hint="apt-get install debootstrap (or `flashkit engine ensure --install`)"
+            "mmdebstrap is not installed", hint="apt-get install mmdebstrap (or `flashkit engine ensure --install`)"
         )
     if os.geteuid() != 0:
-        raise BaseImageError("debootstrap needs root", hint="run `flashkit base create` as root")
+        raise BaseImageError("mmdebstrap needs root here (it installs packages into a chroot)", hint="run as root")
 
 
-def _tar_rootfs(rootfs: Path, tar_path: Path, epoch: int, logf) -> None:
-    # Fixed member order, numeric owners, mtimes clamped to the archive's
-    # date and no atime/ctime: the same packages give the same bytes.
-    _run_logged(
-        [
-            "tar",
-            "-C",
-            str(rootfs),
-            "--create",
-            "--file",
-            str(tar_path),
-            "--sort=name",
-            "--numeric-owner",
-            f"--mtime=@{epoch}",
-            "--clamp-mtime",
-            "--format=posix",
-            "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime",
-            ".",
-        ],
-        logf,
-    )
-
-
-def _import_layer(engine: Engine, tar_path: Path, repo: str, suite: str, digest: str):
-    """``docker import`` the tar as ``<repo>:<suite>`` (and a tag naming its id); the image, its layer checked."""
-    changes = [
-        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "ENV LANG=C.UTF-8",
-        'CMD ["bash"]',
+def _mmdebstrap_argv(spec: EnvSpec, includes: tuple[str, ...], out: str, listing: Path, mirror: str) -> list[str]:
+    sources = f"deb {PUBLIC_ARCHIVE} {spec.base.suite} {' '.join(baselock.components(spec))}"
+    return [
+        "mmdebstrap",
+        f"--variant={baselock.VARIANT}",
+        f"--components={','.join(baselock.components(spec))}",
+        "--include=" + ",".join(includes),
+        "--customize-hook=" + _LIST_HOOK.format(out=listing),
+        f"--customize-hook=echo '{sources}' > \"$1/etc/apt/sources.list\"",
+        spec.base.suite,
+        out,
+        mirror,
     ]
-    sdk = engine.sdk()
-    try:
-        out = sdk.api.import_image(src=str(tar_path), repository=repo, tag=suite, changes=changes)
-        image = sdk.images.get(f"{repo}:{suite}")
-        image.tag(repo, f"{suite}-{image.id.removeprefix('sha256:')[:12]}")
-    finally:
-        sdk.close()
-    log.debug("import answered %s", out)
-    layers = image.attrs.get("RootFS", {}).get("Layers", [])
-    if layers != [digest]:
-        # The engine stores the stream it was given, so its diff id must be
-        # the tar's digest; anything else means the import was altered.
-        raise BaseImageError(f"imported layer {layers} differs from the tar's {digest}")
-    return image
 
 
-def load_records(record_path: Path = RECORD_PATH) -> dict[str, BaseRecord]:
-    if not record_path.exists():
-        return {}
-    try:
-        data = json.loads(read_text(record_path, what="base record", error=BaseImageError, max_bytes=1 << 20))
-        return {k: BaseRecord(**v) for k, v in data["bases"].items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+def _run_mmdebstrap(argv: list[str], epoch: int, log_path: Path, spec: EnvSpec) -> None:
+    with open(log_path, "a", encoding="utf-8") as logf:
+        logf.write(f"$ SOURCE_DATE_EPOCH={epoch} {' '.join(argv)}\n")
+        logf.flush()
+        env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
+        res = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT, env=env)
+    if res.returncode == 0:
+        return
+    text = log_path.read_text(errors="replace")
+    gone = sorted({f"{name}={version}" for version, name in _NOT_FOUND.findall(text)})
+    if gone:
         raise BaseImageError(
-            f"{record_path} is not a valid base record: {exc}", hint="delete it and rerun `flashkit base create`"
-        ) from exc
+            f"Debian's archive no longer serves {len(gone)} locked package version(s) of {spec.id}'s base: "
+            + ", ".join(gone[:12])
+            + (" ..." if len(gone) > 12 else ""),
+            hint=f"re-lock with `flashkit base lock {spec.id}` and commit lockfiles/{spec.id}/base.txt: "
+            "that is a new input hash, so the env is built and verified again",
+        )
+    raise BaseImageError(f"mmdebstrap failed with exit {res.returncode}", hint=f"see the log {log_path}")
 
 
-def _write_record(record_path: Path, rec: BaseRecord) -> None:
-    records = load_records(record_path)
-    records[rec.suite] = rec
-    body = {
-        "schema": RECORD_SCHEMA,
-        "note": "local record of this host's engine; image ids differ per host (import time), not committed",
-        "bases": {k: dataclasses.asdict(v) for k, v in sorted(records.items())},
-    }
-    write_json_atomic(record_path, body)
+def lock_bases(spec: EnvSpec, *, mirror: str | None = None, log_path: Path) -> BaseLock:
+    """Resolve ``spec``'s bases against the archive now: every package and version each one gets."""
+    _check_can_mmdebstrap()
+    mirror_url, _origin = resolve_mirror(mirror)
+    want = baselock.requested(spec)
+    packages = {}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(f"# flashkit base lock {spec.id} from {mirror_url}\n")
+    for stage in baselock.STAGES:
+        with tempfile.TemporaryDirectory(prefix="flashkit-lock-") as tmp:
+            listing = Path(tmp) / "installed.txt"
+            argv = _mmdebstrap_argv(spec, want[stage], "/dev/null", listing, mirror_url)
+            _run_mmdebstrap([*argv[:1], "--format=null", *argv[1:]], source_date_epoch(spec), log_path, spec)
+            packages[stage] = baselock.parse_installed(listing.read_text())
+        if not packages[stage]:
+            raise BaseImageError(f"mmdebstrap listed no packages for the {stage} base", hint=f"see {log_path}")
+    return BaseLock(spec.base.suite, baselock.components(spec), baselock.VARIANT, want, packages)
 
 
-def pinned_base(engine: Engine, suite: str, record_path: Path = RECORD_PATH) -> BaseRecord:
-    """The recorded base for ``suite``, after checking the engine still has exactly that image."""
-    rec = load_records(record_path).get(suite)
-    if rec is None:
-        raise BaseImageError(f"no {suite} base recorded in {record_path}", hint=f"run `flashkit base create {suite}`")
-    import docker.errors
+def base_tag(namespace: str, spec: EnvSpec, lock: BaseLock, stage: str) -> str:
+    """A name for exactly one base: its suite, stage, and a hash of what makes it (pins, epoch, scheme)."""
+    what = "\n".join([lock.suite, " ".join(lock.components), str(source_date_epoch(spec)), *lock.pins(stage)])
+    return f"localhost/{namespace}/debian:{lock.suite}-{stage}-{hashlib.sha256(what.encode()).hexdigest()[:16]}"
 
-    sdk = engine.sdk()
-    try:
-        image = sdk.images.get(rec.tag)
-    except docker.errors.ImageNotFound:
-        sdk.close()
-        raise BaseImageError(
-            f"{rec.tag} is recorded in {record_path} but missing from the engine",
-            hint=f"run `flashkit base create {suite}`",
-        ) from None
-    try:
-        if image.id != rec.image_id:
+
+def make_base(
+    bh: Buildah, spec: EnvSpec, lock: BaseLock, stage: str, *, namespace: str, mirror: str | None, log_path: Path
+) -> BaseImage:
+    """The ``stage`` base of ``spec`` in ``bh``'s storage: reused when its tag is there, else made now."""
+    tag = base_tag(namespace, spec, lock, stage)
+    have = buildah.inspect(bh, tag)
+    if have is not None:
+        return BaseImage(stage, tag, have.image_id, None, 0.0)
+    _check_can_mmdebstrap()
+    mirror_url, origin = resolve_mirror(mirror)
+    log.info("making the %s base of %s from %s (%s)", stage, spec.id, mirror_url, origin)
+    start = time.monotonic()
+    epoch = source_date_epoch(spec)
+    with tempfile.TemporaryDirectory(prefix=f"flashkit-base-{stage}-", dir=bh.env().get("TMPDIR")) as tmp:
+        ctx, listing = Path(tmp), Path(tmp) / "installed.txt"
+        tar = ctx / "rootfs.tar"
+        _run_mmdebstrap(_mmdebstrap_argv(spec, lock.pins(stage), str(tar), listing, mirror_url), epoch, log_path, spec)
+        drift = baselock.drift(lock.packages[stage], baselock.parse_installed(listing.read_text()))
+        if drift:
             raise BaseImageError(
-                f"{rec.tag} is {image.id} but {record_path} pins {rec.image_id}",
-                hint=f"something re-tagged it; run `flashkit base create {suite}` to re-pin",
+                f"the {stage} base of {spec.id} does not hold exactly the locked packages:",
+                detail="\n".join(drift[:40]),
+                hint=f"re-lock with `flashkit base lock {spec.id}` and commit it (a new input hash)",
             )
-        repo, _, tag = rec.pinned_tag.rpartition(":")
-        image.tag(repo, tag)
-    finally:
-        sdk.close()
-    return rec
+        digest = "sha256:" + sha256(tar)
+        listing.unlink()
+        (ctx / "Containerfile").write_text(BASE_CONTAINERFILE)
+        iid = ctx / "iid"
+        args = ["build", "--timestamp", str(epoch), "--format", "oci", "--layers", "--iidfile", str(iid), "-t", tag]
+        rc = buildah.stream(bh, [*args, "-f", str(ctx / "Containerfile"), str(ctx)], log_path, lambda line: None)
+        if rc != 0:
+            raise BaseImageError(f"importing the {stage} base into buildah failed (exit {rc})", hint=f"see {log_path}")
+        image_id = iid.read_text().strip()
+    seconds = time.monotonic() - start
+    log.info("%s = %s (rootfs %s) in %.0fs", tag, image_id, digest, seconds)
+    return BaseImage(stage, tag, image_id, digest, round(seconds, 1))

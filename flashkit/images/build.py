@@ -1,8 +1,12 @@
-"""Building an env: the builder and runtime images with BuildKit, and the exported wheel.
+"""Building an env: the builder and runtime images with buildah, reproducibly, and the exported wheel.
 
 The build context is a fresh directory written from the :class:`~flashkit.plan.plan.Plan`'s bytes (the
 rendered Dockerfile, the env's lockfiles, the kernel sources), so what was hashed is exactly what is
-built and nothing else in the checkout can change a layer. Images are tagged by input hash
+built and nothing else in the checkout can change a layer. ``buildah build --timestamp SOURCE_DATE_EPOCH
+--layers --format oci`` (see :mod:`flashkit.images.buildah` for why buildah) builds each stage on the
+env's mmdebstrap bases (:mod:`flashkit.images.base`), so the same input hash gives the same base,
+builder and runtime image ids on any host. The runtime image is copied unchanged into the engine, where
+the tiers run it; the wheel is copied out of the builder image. Images are tagged by input hash
 (immutable) and ``latest-local`` (moving); an image whose input-hash tag exists is not rebuilt unless
 asked.
 
@@ -17,9 +21,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
-import subprocess
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,18 +32,20 @@ from pathlib import Path
 from flashkit.core import safeio
 from flashkit.core.atomic import utc_now, write_json_atomic
 from flashkit.core.digests import sha256_file
-from flashkit.core.errors import BaseImageError, BuildError
+from flashkit.core.errors import BuildError
 from flashkit.core.names import label
-from flashkit.images import site
-from flashkit.images.base import pinned_base
-from flashkit.images.container import Container, image_inspect
+from flashkit.images import base, buildah, site
+from flashkit.images.buildah import Buildah
+from flashkit.images.container import image_inspect
 from flashkit.images.engine import Engine
+from flashkit.plan import baselock
 from flashkit.plan.plan import Plan
-from flashkit.plan.render import render_dockerfile
+from flashkit.plan.render import job_sizing, render_dockerfile, source_date_epoch
 
 log = logging.getLogger(__name__)
 
 IMAGE_REPO = "flashkit"
+NAMESPACE_ENV = "FLASHKIT_IMAGE_NAMESPACE"  # another namespace for this host's images (default flashkit)
 STAGES = ("builder", "runtime")
 WORK = Path(".work")
 MAX_RESULT_BYTES = 64 * safeio.KIB
@@ -65,6 +72,8 @@ class BuildResult:
     log_path: str
     context: dict
     date: str
+    runtime_base_id: str | None = None  # the runtime stage's base (base_image_id is the builder's)
+    builder: dict = dataclasses.field(default_factory=dict)  # host, tool, storage, cold: who built it
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -73,8 +82,15 @@ class BuildResult:
 _RESULT_TYPES = {f.name: f.type for f in dataclasses.fields(BuildResult)}
 
 
+def namespace() -> str:
+    value = os.environ.get(NAMESPACE_ENV) or IMAGE_REPO
+    if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", value):
+        raise BuildError(f"{NAMESPACE_ENV}={value!r} is not an image namespace (lowercase letters, digits, . _ -)")
+    return value
+
+
 def image_ref(env_id: str, tag: str) -> str:
-    return f"{IMAGE_REPO}/{env_id}:{tag}"
+    return f"{namespace()}/{env_id}:{tag}"
 
 
 def result_path(root: Path, env_id: str, input_hash: str) -> Path:
@@ -110,7 +126,7 @@ def _check_result(data: object, shown: str) -> BuildResult:
     for name in ("env", "input_hash", "runtime_ref", "builder_ref", "wheel_path", "log_path", "date"):
         if not isinstance(data[name], str):
             raise BuildError(f"{shown}: field {name} is not text", hint="delete the file and rebuild")
-    if not isinstance(data["context"], dict) or not isinstance(data["built"], bool):
+    if not all(isinstance(data[k], dict) for k in ("context", "builder")) or not isinstance(data["built"], bool):
         raise BuildError(f"{shown}: fields context/built have the wrong type", hint="delete the file and rebuild")
     return BuildResult(**data)
 
@@ -149,46 +165,28 @@ def write_context(plan: Plan, dockerfile: str, ctx: Path) -> None:
         dest.chmod(0o755 if src.mode == "100755" else 0o644)
 
 
-def _stream_build(argv: list[str], env: dict[str, str], log_path: Path, on_line: Callable[[str], None]) -> int:
-    """Run the build, keep every line in ``log_path`` and hand each to ``on_line`` (progress)."""
-    with open(log_path, "a", encoding="utf-8") as logf:
-        logf.write(f"$ {' '.join(argv)}\n")
-        logf.flush()
-        proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            logf.write(line)
-            logf.flush()  # the log is what people tail during a long compile
-            on_line(line)
-        return proc.wait()
-
-
 def _tail(path: Path, n: int = 40) -> str:
     lines = path.read_text(errors="replace").splitlines()
     return "\n".join(lines[-n:])
 
 
-def export_wheel(engine: Engine, builder_ref: str, dest: Path) -> Path:
+def export_wheel(bh: Buildah, builder_ref: str, dest: Path) -> Path:
     """Copy the single flash_kernels wheel out of the builder image into ``dest``."""
-    with Container(engine, builder_ref, network=False) as c:
-        found = c.exec(["find", "/", "-xdev", "-name", "flash_kernels-*.whl", "-not", "-path", "/proc/*"])
-        wheels = sorted({p.strip() for p in found.output.splitlines() if p.strip().endswith(".whl")})
-        if len(wheels) != 1:
-            raise BuildError(
-                f"expected exactly one flash_kernels wheel in {builder_ref}, found {wheels or 'none'}",
-                hint="the builder stage must leave the wheel it built in the image",
-            )
-        if dest.exists():
-            shutil.rmtree(dest)
-        return c.copy_out(wheels[0], dest)
+    found = [p for p in buildah.copy_out(bh, builder_ref, "/wheels", dest) if p.name.endswith(".whl")]
+    if len(found) != 1 or not found[0].name.startswith("flash_kernels-"):
+        raise BuildError(
+            f"expected exactly one flash_kernels wheel in /wheels of {builder_ref}, found {[p.name for p in found]}",
+            hint="the builder stage must leave the wheel it built in /wheels",
+        )
+    return found[0]
 
 
-def _up_to_date(root: Path, plan: Plan, engine: Engine, refs: tuple[str, str]) -> BuildResult | None:
+def _up_to_date(root: Path, plan: Plan, engine: Engine, bh: Buildah, refs: tuple[str, str]) -> BuildResult | None:
     existing = load_result(root, plan.env_id, plan.input_hash)
-    runtime, builder = (image_inspect(engine, r) for r in refs)
-    if existing and runtime and builder and runtime["Id"] == existing.runtime_id and Path(existing.wheel_path).exists():
+    if existing is None or not Path(existing.wheel_path).exists():
+        return None
+    runtime, builder = image_inspect(engine, refs[0]), buildah.inspect(bh, refs[1])
+    if runtime and builder and runtime["Id"] == existing.runtime_id and builder.image_id == existing.builder_id:
         return dataclasses.replace(existing, built=False)
     return None
 
@@ -201,11 +199,28 @@ class BuildOptions:
     host_mem_gib: int = 8
     site: site.SiteInputs = dataclasses.field(default_factory=lambda: site.SiteInputs({}, None, None))
     on_line: Callable[[str], None] = lambda line: None
+    buildah_root: str | None = None  # another storage: an independent builder (default $FLASHKIT_BUILDAH_ROOT)
 
 
-def _common_args(plan: Plan, dockerfile: str, base_tag: str | None, opts: BuildOptions) -> list[str]:
+def host_identity() -> str:
+    """This host, without saying more than needed: its name and a short hash of its machine id."""
+    try:
+        mid = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        mid = ""
+    return f"{socket.gethostname()[:64]} ({hashlib.sha256(mid.encode()).hexdigest()[:12] if mid else 'no machine-id'})"
+
+
+def _build_args(plan: Plan, bases: dict[str, base.BaseImage], opts: BuildOptions) -> list[str]:
     args = [
-        "--progress=plain",
+        "build",
+        "--timestamp",
+        str(source_date_epoch(plan.spec)),
+        "--format",
+        "oci",
+        "--layers",
+        "--network",
+        "host",
         "--label",
         f"{label('env')}={plan.env_id}",
         "--label",
@@ -213,12 +228,27 @@ def _common_args(plan: Plan, dockerfile: str, base_tag: str | None, opts: BuildO
     ]
     if opts.no_cache:
         args.append("--no-cache")
-    if base_tag:
-        # BuildKit cannot start FROM a bare image id; the pinned tag names exactly that id.
-        for arg in ("BASE_IMAGE", "RUNTIME_IMAGE"):
-            if re.search(rf"^ARG {arg}\b", dockerfile, flags=re.M):
-                args += ["--build-arg", f"{arg}={base_tag}"]
+    if bases:
+        args += [
+            "--build-arg",
+            f"BASE_IMAGE={bases['builder'].tag}",
+            "--build-arg",
+            f"RUNTIME_IMAGE={bases['runtime'].tag}",
+        ]
     return args
+
+
+def _bases(root: Path, plan: Plan, bh: Buildah, opts: BuildOptions, log_path: Path) -> dict[str, base.BaseImage]:
+    if plan.spec.base.flavor != "debian":
+        return {}
+    lock, problems = baselock.parse(plan.locks.base or "")
+    if lock is None:
+        raise BuildError(f"{plan.env_id}: the base lock is not valid: {'; '.join(problems)}")
+    mirror = opts.site.urls.get("debian_mirror")
+    return {
+        stage: base.make_base(bh, plan.spec, lock, stage, namespace=namespace(), mirror=mirror, log_path=log_path)
+        for stage in baselock.STAGES
+    }
 
 
 def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> BuildResult:
@@ -229,36 +259,34 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
     rebuild, no_cache = (True, True) if opts.check else (opts.rebuild, opts.no_cache)
     opts = dataclasses.replace(opts, rebuild=rebuild, no_cache=no_cache)
     runtime_ref, builder_ref = image_ref(env_id, short), image_ref(env_id, f"{short}-builder")
-    base = _ensure_base(engine, root, plan.spec.base.suite) if plan.spec.base.flavor == "debian" else None
+    bh = buildah.find_buildah(opts.buildah_root)
     if not opts.rebuild:
-        cached = _up_to_date(root, plan, engine, (runtime_ref, builder_ref))
+        cached = _up_to_date(root, plan, engine, bh, (runtime_ref, builder_ref))
         if cached is not None:
             log.info("%s is up to date (input hash %s); --rebuild to build again", env_id, h)
             return cached
 
-    # Memory sizes MAX_JOBS/NVCC_THREADS in the Dockerfile; it is a site input, not identity.
     dockerfile = render_dockerfile(plan, host_mem_gib=opts.host_mem_gib)
     suffix = "-check" if opts.check else ""
     ctx = root / WORK / "ctx" / f"{env_id}-{h}{suffix}"
     write_context(plan, dockerfile, ctx)
     log_path = root / WORK / "logs" / f"{env_id}-{h}{suffix}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(f"# flashkit build {env_id} input hash {h} at {utc_now()}\n")
-    client = engine.build_client
-    common = _common_args(plan, dockerfile, base.pinned_tag if base else None, opts)
-    log.info("building %s (input hash %s) with %s; log %s", env_id, h, client.describe(), log_path)
+    log_path.write_text(f"# flashkit build {env_id} input hash {h} at {utc_now()} with {bh.describe()}\n")
+    log.info("building %s (input hash %s) with %s; log %s", env_id, h, bh.describe(), log_path)
 
     start = time.monotonic()
+    cold = buildah.inspect(bh, builder_ref) is None and buildah.inspect(bh, runtime_ref) is None
+    bases = _bases(root, plan, bh, opts, log_path)
+    sizing = job_sizing(opts.host_mem_gib)
+    jobs = {"build-jobs": f"MAX_JOBS={sizing.max_jobs}\nNVCC_THREADS={sizing.nvcc_threads}\n"}
     ids: dict[str, str] = {}
-    with site.SecretFiles(opts.site) as secrets:
+    with site.SecretFiles(opts.site, jobs) as secrets:
         for stage in STAGES:
             ref = builder_ref if stage == "builder" else runtime_ref
-            tags = ["-t", ref]
-            if not opts.check:
-                tags += ["-t", image_ref(env_id, "latest-local-builder" if stage == "builder" else "latest-local")]
             iid = ctx.parent / f"{ctx.name}.{stage}.iid"
-            argv = [*client.build_argv(), *common, *secrets, "--target", stage, *tags, "--iidfile", str(iid), str(ctx)]
-            rc = _stream_build(argv, client.build_env(), log_path, opts.on_line)
+            args = [*_build_args(plan, bases, opts), *secrets, "--target", stage, "-t", ref, "--iidfile", str(iid)]
+            rc = buildah.stream(bh, [*args, "-f", str(ctx / "Dockerfile"), str(ctx)], log_path, opts.on_line)
             if rc != 0:
                 raise BuildError(
                     f"building the {stage} stage of {env_id} failed (exit {rc})",
@@ -266,13 +294,16 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
                     hint=f"full log: {log_path}",
                 )
             ids[stage] = iid.read_text().strip()
+    buildah.push_to_engine(bh, ids["runtime"], runtime_ref, engine)
     seconds = time.monotonic() - start
+    if not opts.check:
+        _tag_latest(engine, bh, env_id, ids)
 
     wheel_dir = root / WORK / "wheels" / env_id / h / ("check" if opts.check else "")
-    wheel = export_wheel(engine, builder_ref, wheel_dir)
+    wheel = export_wheel(bh, builder_ref, wheel_dir)
     digest = sha256_file(wheel)
     (wheel_dir / "SHA256SUMS").write_text(f"{digest}  {wheel.name}\n")
-    runtime_attrs, builder_attrs = image_inspect(engine, runtime_ref), image_inspect(engine, builder_ref)
+    runtime_attrs, builder_info = image_inspect(engine, runtime_ref), buildah.inspect(bh, builder_ref)
     result = BuildResult(
         env=env_id,
         input_hash=h,
@@ -281,15 +312,17 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
         builder_ref=builder_ref,
         builder_id=ids["builder"],
         runtime_size=int(runtime_attrs["Size"]),
-        builder_size=int(builder_attrs["Size"]),
+        builder_size=builder_info.size if builder_info else 0,
         wheel_path=str(wheel),
         wheel_sha256=digest,
         lock_sha256=hashlib.sha256(plan.locks.runtime.encode()).hexdigest(),
-        base_image_id=base.image_id if base else None,
+        base_image_id=bases["builder"].image_id if bases else None,
+        runtime_base_id=bases["runtime"].image_id if bases else None,
+        builder={"host": host_identity(), **bh.identity(), "cold": cold},
         built=True,
         seconds=round(seconds, 1),
         log_path=str(log_path),
-        context={"client": client.describe(), **opts.site.record(), **({"base": base.pinned_tag} if base else {})},
+        context={"client": bh.describe(), **opts.site.record(), **({"base": bases["builder"].tag} if bases else {})},
         date=utc_now(),
     )
     if not opts.check:
@@ -298,17 +331,15 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
     return result
 
 
-def _ensure_base(engine: Engine, root: Path, suite: str | None):
-    from flashkit.images.base import RECORD_PATH, create_base
-
-    if suite is None:
-        raise BuildError("a debian-flavoured env needs base.suite")
-    record = root / RECORD_PATH
+def _tag_latest(engine: Engine, bh: Buildah, env_id: str, ids: dict[str, str]) -> None:
+    """Move ``latest-local`` (engine: runtime) and ``latest-local-builder`` (buildah: builder)."""
+    bh.run("tag", ids["builder"], image_ref(env_id, "latest-local-builder"))
+    repo, _, tag = image_ref(env_id, "latest-local").rpartition(":")
+    sdk = engine.sdk()
     try:
-        return pinned_base(engine, suite, record)
-    except BaseImageError as exc:
-        log.info("%s; creating it now", exc.message.splitlines()[0])
-        return create_base(engine, suite, record_path=record, workdir=root / WORK / "bases")
+        sdk.images.get(ids["runtime"]).tag(repo, tag)
+    finally:
+        sdk.close()
 
 
 def human_size(n: int) -> str:

@@ -1,14 +1,11 @@
-"""Find, start and check the container engine, and pick a BuildKit-capable client.
+"""Find, start and check the container engine that runs the images (tiers), and install the image tools.
 
-This is the one place that knows how the build host gets a Docker engine:
-a fresh host has none, so ``ensure_engine`` can install Debian's ``docker.io``
-(with ``debootstrap`` for the air-gapped bases), start ``dockerd`` in the
-background with its own log file and wait for the socket.
-
-Builds go through a docker CLI because the SDK has no BuildKit support. Which
-CLI is probed, not guessed from its path: the first ``docker`` on PATH may be a
-newer client that refuses ``DOCKER_BUILDKIT=1`` without the buildx plugin, while
-an older one on the same PATH builds with BuildKit built in (Debian 12: the docker.io 20.10 client).
+This is the one place that knows how the build host gets its tools: a fresh host has none, so
+``ensure_engine`` can install Debian's ``docker.io`` (the engine the tiers run containers in),
+``mmdebstrap`` and ``buildah`` (reproducible bases and builds, :mod:`flashkit.images.buildah`),
+``skopeo`` (the registry client), ``diffoscope-minimal`` (explaining differing layers) and
+``docker-registry`` (a real registry for the publish tests), start ``dockerd`` in the background with its
+own log file and wait for the socket. Builds do not go through the engine.
 """
 
 from __future__ import annotations
@@ -18,9 +15,7 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -29,52 +24,25 @@ from flashkit.core.errors import EngineError
 
 log = logging.getLogger(__name__)
 
-# 20.10 is the first engine whose built-in BuildKit frontend handles
-# RUN --mount=type=secret|cache without a "# syntax=" line (which would pull a
-# frontend image from Docker Hub, unreachable here) and whose API knows
-# DeviceRequests (--gpus all).
+# 20.10: its API knows DeviceRequests (--gpus all) and loads OCI-built images with their config unchanged.
 MIN_ENGINE_VERSION = Version("20.10")
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
-# docker.io: engine + a 20.10 client with built-in BuildKit; debootstrap: the air-gapped bases;
-# docker-registry: the loopback registry the publish tests push to.
-APT_PACKAGES = ("docker.io", "debootstrap", "docker-registry")
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildClient:
-    """A docker CLI that can run a BuildKit build, and how to invoke it."""
-
-    path: str
-    version: str
-    # "buildx": `docker buildx build --load`; "builtin": `DOCKER_BUILDKIT=1 docker build`.
-    mode: str
-
-    def build_argv(self) -> list[str]:
-        if self.mode == "buildx":
-            return [self.path, "buildx", "build", "--load"]
-        return [self.path, "build"]
-
-    def build_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["DOCKER_BUILDKIT"] = "1"
-        return env
-
-    def describe(self) -> str:
-        how = "buildx plugin" if self.mode == "buildx" else "built-in BuildKit (DOCKER_BUILDKIT=1)"
-        return f"{self.path} (client {self.version}, {how})"
+# docker.io: the engine the tiers run in; mmdebstrap + buildah: reproducible bases and images; skopeo: the
+# registry client (publish, verify-image); diffoscope-minimal: what differs between two layers;
+# docker-registry: a real registry (TLS, htpasswd) for the publish tests.
+APT_PACKAGES = ("docker.io", "mmdebstrap", "buildah", "skopeo", "diffoscope-minimal", "docker-registry")
 
 
 @dataclasses.dataclass(frozen=True)
 class Engine:
-    """A running engine that passed the version check, plus the client used for builds."""
+    """A running engine that passed the version check."""
 
     base_url: str
     server_version: str
     api_version: str
     storage_driver: str
     data_root: str
-    build_client: BuildClient
 
     def sdk(self):
         import docker
@@ -100,95 +68,6 @@ def _ping(base_url: str) -> dict | None:
     except (DockerException, OSError) as exc:
         log.debug("no engine at %s: %s", base_url, exc)
         return None
-
-
-def _candidate_clients() -> list[str]:
-    """Every distinct docker executable: FLASHKIT_DOCKER_CLI first, then PATH order."""
-    seen: set[str] = set()
-    found: list[str] = []
-    override = os.environ.get("FLASHKIT_DOCKER_CLI")
-    dirs = os.environ.get("PATH", "").split(os.pathsep)
-    paths = ([override] if override else []) + [os.path.join(d, "docker") for d in dirs if d]
-    for p in paths:
-        if not (os.path.isfile(p) and os.access(p, os.X_OK)):
-            continue
-        real = os.path.realpath(p)
-        if real in seen:
-            continue
-        seen.add(real)
-        found.append(p)
-    return found
-
-
-def _client_version(path: str) -> str:
-    out = subprocess.run(
-        [path, "version", "--format", "{{.Client.Version}}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    # The client prints its own version even when the server part fails.
-    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
-
-
-def _probe_buildkit(path: str, env: dict[str, str]) -> tuple[str | None, str]:
-    """Return (mode, detail): the way this CLI runs a BuildKit build with secrets, or None.
-
-    The probe is a real build of a one-file scratch image that passes a
-    --secret: the legacy builder rejects --secret, and a client that needs a
-    missing buildx plugin fails, so success means secrets and BuildKit work.
-    """
-    with tempfile.TemporaryDirectory(prefix="flashkit-probe-") as tmp:
-        ctx = Path(tmp)
-        (ctx / "probe").write_text("flashkit buildkit probe\n")
-        (ctx / "Dockerfile").write_text("FROM scratch\nCOPY probe /probe\n")
-        secret = ctx / "secret"
-        secret.write_text("probe\n")
-        attempts = []
-        bx = subprocess.run([path, "buildx", "version"], capture_output=True, text=True, timeout=30, env=env)
-        if bx.returncode == 0:
-            attempts.append(("buildx", [path, "buildx", "build", "--load"]))
-        attempts.append(("builtin", [path, "build"]))
-        details = []
-        # A tag of its own: two flashkit processes probing at once must not remove each other's image.
-        tag = f"flashkit-probe:{uuid.uuid4().hex[:12]}"
-        for mode, argv in attempts:
-            cmd = [*argv, "-q", "--secret", f"id=probe,src={secret}", "-t", tag, str(ctx)]
-            penv = dict(env, DOCKER_BUILDKIT="1")
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=penv)
-            if res.returncode == 0:
-                subprocess.run([path, "image", "rm", "-f", tag], capture_output=True, timeout=60)
-                return mode, "ok"
-            lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
-            # The first line carries the reason ("ERROR: BuildKit is enabled but the buildx
-            # component is missing or broken."); later ones are links and usage.
-            details.append(f"{mode}: {lines[0] if lines else f'exit {res.returncode}'}")
-        return None, "; ".join(details)
-
-
-def pick_build_client() -> BuildClient:
-    """Probe every docker CLI on PATH and return the first that builds with BuildKit."""
-    candidates = _candidate_clients()
-    if not candidates:
-        raise EngineError(
-            "no docker CLI found on PATH",
-            hint="install Debian's docker.io (`flashkit engine ensure --install`) or set FLASHKIT_DOCKER_CLI",
-        )
-    refused = []
-    for path in candidates:
-        mode, detail = _probe_buildkit(path, dict(os.environ))
-        version = _client_version(path)
-        if mode:
-            client = BuildClient(path=path, version=version, mode=mode)
-            log.info("build client: %s", client.describe())
-            return client
-        log.info("build client %s (client %s) refused: %s", path, version, detail)
-        refused.append(f"{path} ({version}): {detail}")
-    raise EngineError(
-        "no docker CLI on PATH can run a BuildKit build with --secret",
-        detail="\n".join(refused),
-        hint="install the buildx plugin, or Debian's docker.io whose 20.10 client has BuildKit built in",
-    )
 
 
 def _check_version(info: dict) -> None:
@@ -289,7 +168,6 @@ def ensure_engine(
         api_version=info.get("ApiVersion", "?"),
         storage_driver=sysinfo.get("Driver", "?"),
         data_root=sysinfo.get("DockerRootDir", "?"),
-        build_client=pick_build_client(),
     )
     log.info(
         "engine %s (API %s, %s, %s) at %s",

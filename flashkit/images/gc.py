@@ -3,11 +3,11 @@
 Every build of a new input hash adds a runtime and a builder image (5-11 GB each, and their layers are
 not shared: a rebuild's layers differ), so a build host fills up in a day of work. Kept, by tag:
 
-- ``flashkit/<env>:fk1-<hash>`` and ``…-builder`` for the *current* input hash of every env in envs/;
-- ``latest-local`` and ``latest-local-builder``;
-- ``flashkit/debian:<suite>`` and the pinned tag of each base in ``.work/bases.lock.json``.
+- ``flashkit/<env>:fk2-<hash>`` and ``…-builder`` for the *current* input hash of every env in envs/;
+- ``latest-local`` and ``latest-local-builder``.
 
-Every other tag in the ``flashkit/`` repositories goes (older input hashes, ``-check`` rebuilds, old bases);
+(Bases and builder images live in buildah's storage, not the engine's.) Every other tag in the
+``flashkit/`` repositories goes (older input hashes, ``-check`` rebuilds);
 an image is deleted by the engine when its last tag goes. Tags of other repositories, including what
 ``flashkit publish`` pulled back from a registry, are never touched. ``--dry-run`` only prints the plan.
 Images still used by a container are kept and reported. ``--build-cache`` also prunes BuildKit's cache
@@ -29,17 +29,14 @@ class Collection:
     remove: tuple[str, ...]
 
 
-def keep_tags(plans: list[Plan], bases: dict) -> set[str]:
-    """The tags ``gc`` never removes: every env's current input hash, latest-local, the pinned bases."""
-    from flashkit.images.base import IMAGE_REPO as BASE_REPO
+def keep_tags(plans: list[Plan]) -> set[str]:
+    """The tags ``gc`` never removes: every env's current input hash and latest-local."""
     from flashkit.images.build import image_ref
 
     keep: set[str] = set()
     for plan in plans:
         short = plan.tag
         keep |= {image_ref(plan.env_id, t) for t in (short, f"{short}-builder", "latest-local", "latest-local-builder")}
-    for suite, rec in bases.items():
-        keep |= {f"{BASE_REPO}:{suite}", rec.pinned_tag}
     return keep
 
 

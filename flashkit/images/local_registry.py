@@ -1,9 +1,9 @@
 """A real OCI registry on loopback for tests and CI: Debian's ``docker-registry`` (distribution 2.x).
 
-``LocalRegistry`` writes a temporary config (filesystem storage, HTTP on
-127.0.0.1:PORT), starts ``docker-registry serve`` with its own log, and waits
-until ``/v2/`` answers. The engine treats 127.0.0.0/8 as an insecure registry
-by default, so pushing to ``127.0.0.1:PORT/...`` needs no TLS set-up.
+``LocalRegistry`` writes a temporary config (filesystem storage on 127.0.0.1:PORT), starts
+``docker-registry serve`` with its own log, and waits until ``/v2/`` answers. Plain HTTP by default;
+with ``tls=(CERT, KEY)`` it serves HTTPS, and with ``htpasswd=FILE`` (bcrypt entries) it asks for a
+login, like the registries users publish to.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -35,6 +36,17 @@ storage:
 http:
   addr: 127.0.0.1:{port}
 """
+_TLS = """\
+  tls:
+    certificate: {cert}
+    key: {key}
+"""
+_AUTH = """\
+auth:
+  htpasswd:
+    realm: flashkit-test
+    path: {htpasswd}
+"""
 
 
 def free_port() -> int:
@@ -53,7 +65,11 @@ class LocalRegistry:
         storage: Path | None = None,
         log_path: Path | None = None,
         timeout_s: float = 30.0,
+        tls: tuple[Path, Path] | None = None,
+        htpasswd: Path | None = None,
+        ca_file: Path | None = None,
     ) -> None:
+        self.tls, self.htpasswd, self.ca_file = tls, htpasswd, ca_file
         self.port = port or free_port()
         self._own_storage = storage is None
         self.storage = Path(storage) if storage else Path(tempfile.mkdtemp(prefix="flashkit-registry-"))
@@ -67,9 +83,13 @@ class LocalRegistry:
         return f"127.0.0.1:{self.port}"
 
     def _answers(self) -> bool:
+        scheme = "https" if self.tls else "http"
+        ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.tls and self.ca_file else None
         try:
-            with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2) as r:
+            with urllib.request.urlopen(f"{scheme}://{self.address}/v2/", timeout=2, context=ctx) as r:
                 return r.status == 200
+        except urllib.error.HTTPError as exc:
+            return exc.code == 401 and self.htpasswd is not None  # it answers, and asks for a login
         except (urllib.error.URLError, OSError):
             return False
 
@@ -89,6 +109,10 @@ class LocalRegistry:
         fd, cfg = tempfile.mkstemp(prefix="registry-", suffix=".yml")
         with open(fd, "w") as f:
             f.write(_CONFIG.format(root=self.storage / "data", port=self.port))
+            if self.tls:
+                f.write(_TLS.format(cert=self.tls[0], key=self.tls[1]))
+            if self.htpasswd:
+                f.write(_AUTH.format(htpasswd=self.htpasswd))
         self._cfg = Path(cfg)
         logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self._proc = subprocess.Popen(

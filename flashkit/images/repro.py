@@ -1,8 +1,8 @@
 """Reproducibility: compare two builds of one env and say what differs and why.
 
-This is the comparison half of ``flashkit build --check`` (rebuild with a fixed
-``SOURCE_DATE_EPOCH``, then compare with the first build). The rebuild itself
-belongs to ``flashkit.images.build``; here are the judges, pure over plain values:
+This is the comparison half of ``flashkit build --check`` (a second, cold build in a storage of its
+own, then compare with the first build). The rebuild itself belongs to ``flashkit.images.build``; here
+are the judges, pure over plain values:
 
 - ``compare_wheels``: equal sha256, or which archive members differ in content,
   in timestamp, in order, or exist in only one wheel (the usual culprits:
@@ -10,7 +10,8 @@ belongs to ``flashkit.images.build``; here are the judges, pure over plain value
 - ``compare_images``: the image ids, and each layer (rootfs diff id) that
   differs, with the Dockerfile step that produced it (from the image history).
 
-``image_facts`` reads what ``compare_images`` needs from the engine.
+``image_facts`` reads what ``compare_images`` needs from a buildah storage, and ``explain_layer`` asks
+diffoscope which files of two differing layers differ.
 """
 
 from __future__ import annotations
@@ -158,11 +159,80 @@ def compare_images(first: ImageFacts, second: ImageFacts) -> ImageComparison:
     return ImageComparison(first.image_id, second.image_id, n, tuple(diffs))
 
 
-def image_facts(engine, ref: str) -> ImageFacts:
-    sdk = engine.sdk()
+def oci_history(history: list[dict], n_layers: int) -> tuple[str, ...]:
+    """The step of each layer from an OCI config's history (entries with ``empty_layer`` made none)."""
+    steps = []
+    for h in history:
+        if h.get("empty_layer"):
+            continue
+        raw = re.sub(r"^\|\d+ (?:\S+=\S* )*", "", h.get("created_by", ""))  # ARG values buildah prefixes
+        text = _step_text(raw)
+        if text.startswith("ADD file:"):
+            text = "base image (ADD rootfs)"
+        steps.append(text if "#(nop)" in raw or text == "unknown" else f"RUN {text}")
+    return tuple(steps) if len(steps) == n_layers else ("unknown",) * n_layers
+
+
+def image_facts(bh, ref: str) -> ImageFacts:
+    """The id, layers and steps of image ``ref`` in the buildah storage ``bh``."""
+    from flashkit.core.errors import BuildError
+    from flashkit.images import buildah
+
+    info = buildah.inspect(bh, ref)
+    if info is None:
+        raise BuildError(f"no image {ref} in {bh.describe()}")
+    return ImageFacts(info.image_id, info.layers, oci_history(list(info.history), len(info.layers)))
+
+
+def layer_dir(graph_root: str, diff_id: str) -> Path | None:
+    """The folder holding the files of the layer ``diff_id`` in an overlay storage (None if not found)."""
+    import json
+
+    index = Path(graph_root) / "overlay-layers" / "layers.json"
     try:
-        attrs = sdk.images.get(ref).attrs
-        layers = tuple(attrs["RootFS"].get("Layers") or ())
-        return ImageFacts(attrs["Id"], layers, layer_steps(sdk.api.history(attrs["Id"]), len(layers)))
-    finally:
-        sdk.close()
+        layers = json.loads(index.read_text())
+    except (OSError, ValueError):
+        return None
+    for layer in layers if isinstance(layers, list) else []:
+        if isinstance(layer, dict) and layer.get("diff-digest") == diff_id:
+            d = Path(graph_root) / "overlay" / str(layer.get("id")) / "diff"
+            return d if d.is_dir() else None
+    return None
+
+
+_TREE = re.compile(r"^[│ ]*├── (.+)$")
+_NOT_FILES = ("file list", "stat {}", "filetype from file(1)", "zipinfo", "readelf", "objdump", "strings")
+
+
+def differing_files(report_text: str, roots: tuple[str, ...] = (), limit: int = 60) -> tuple[str, ...]:
+    """The file names a diffoscope text report lists, in order, relative to the compared ``roots``."""
+    out: list[str] = []
+    for line in report_text.splitlines():
+        m = _TREE.match(line)
+        if not m:
+            continue
+        name = m.group(1).removeprefix("+++ ")  # a folder comparison names each file as "+++ ROOT/path"
+        for root in roots:
+            name = name.removeprefix(root.rstrip("/") + "/")
+        if not name.startswith(_NOT_FILES) and not name.startswith(("--- ", "+")) and name not in out:
+            out.append(name)
+    return tuple(out[:limit])
+
+
+def explain_layer(first: Path, second: Path, out: Path, timeout_s: int = 900) -> tuple[str, ...]:
+    """Run diffoscope on two layers' folders; write its text report to ``out``; the files it names.
+
+    Folder metadata is left out (``--exclude-directory-metadata=yes``): the files of a layer on disk keep
+    the times they were written with, and ``--timestamp`` sets them only in the layer's tar stream.
+    """
+    import shutil
+    import subprocess
+
+    if not shutil.which("diffoscope"):
+        return ("(diffoscope is not installed: apt-get install diffoscope-minimal)",)
+    argv = ["diffoscope", "--text", str(out), "--exclude-directory-metadata=yes", "--max-report-size", str(4 << 20)]
+    try:
+        subprocess.run([*argv, str(first), str(second)], capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return (f"(diffoscope did not finish within {timeout_s}s; partial report in {out})",)
+    return differing_files(out.read_text(errors="replace"), (str(first), str(second))) if out.exists() else ()

@@ -70,16 +70,17 @@ def gather(cli_values: dict[str, str | None], environ: dict[str, str] | None = N
 class SecretFiles:
     """``with SecretFiles(site) as args:`` the ``--secret`` arguments, backed by private temp files."""
 
-    def __init__(self, site: SiteInputs) -> None:
+    def __init__(self, site: SiteInputs, extra: dict[str, str] | None = None) -> None:
         self.site = site
+        self.extra = dict(extra or {})  # secret id -> text, e.g. the build-jobs sizing
         self._dir: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> list[str]:
         self._dir = tempfile.TemporaryDirectory(prefix="flashkit-secrets-")
         os.chmod(self._dir.name, 0o700)
         args: list[str] = []
-        for setting, value in sorted(self.site.urls.items()):
-            secret = URL_SETTINGS[setting][1]
+        values = {URL_SETTINGS[setting][1]: value for setting, value in self.site.urls.items()}
+        for secret, value in sorted({**values, **self.extra}.items()):
             path = Path(self._dir.name, secret)
             path.write_text(value)
             args += ["--secret", f"id={secret},src={path}"]

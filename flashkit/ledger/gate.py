@@ -11,7 +11,7 @@
 
 Policy. ``full`` (the default) requires build, abi, cpu and a GPU tier (gpu or artifact-gpu).
 A weaker policy must be named (``--policy no-gpu`` or a list such as ``build,abi,cpu``; ``a|b`` means
-either) and the published image's labels state it.
+either) and the published image's signed attestation states it.
 """
 
 from __future__ import annotations

@@ -3,13 +3,16 @@
 Four kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json``):
 
 - ``artifact``: what a build produced for an input hash: the runtime image id, the builder and base
-  ids, the exported wheel's name and sha256, the lock hash, and the (credential-free) build context.
+  ids, the exported wheel's name and sha256, the lock hash, the (credential-free) build context, and who
+  built it (``builder``: host, tool, storage, cold or not). Builds are reproducible, so a second builder
+  that gets the same image id appends its own artifact: an independent build confirming the digest.
 - ``verdict``: one tier's result, bound to the one digest it judged (``subject``: the runtime image id
   for image tiers, the wheel's sha256 for wheel tiers), with counts, reasons, host and evidence.
 - ``applies``: a later artifact holds a digest an earlier verdict judged (a bit-identical wheel from a
   rebuild on another host): the verdict applies to it, and the ledger says so and why.
 - ``publication``: an image pushed to a registry: repository, manifest digest, tags, policy, the
-  judged and the published image ids, and the verdicts the gate relied on.
+  judged and the published image ids, the verdicts the gate relied on, and the signed attestation
+  attached to the digest (its manifest digest, tag, key id and predicate types).
 
 A fact's ``id`` is ``sha256:`` of its canonical JSON without the id (sorted keys, no spaces, ASCII),
 so facts are named by content: the same fact appended twice is one fact, and an edited line no
@@ -94,14 +97,21 @@ class Artifact(Fact):
     lock_sha256: str
     build_context: dict[str, Any] = field(default_factory=dict)
     migrated: dict[str, str] | None = None
+    runtime_base_id: str | None = None  # the runtime stage's base (the builder's is base_image_id)
+    builder: dict[str, Any] | None = None  # host, tool, storage, cold: who made this build
 
     def subject(self, kind: Subject) -> SubjectRef:
         return image_subject(self.image_id) if kind is Subject.IMAGE else wheel_subject(self.wheel_sha256)
 
+    def builder_key(self) -> tuple[str, str, str]:
+        b = self.builder or {}
+        return (str(b.get("host")), str(b.get("tool")), str(b.get("storage")))
+
     def same_build(self, other: Artifact) -> bool:
-        """The same images and wheel under the same input hash (a re-run, not new evidence)."""
+        """The same images and wheel under the same input hash from the same builder (a re-run, not new
+        evidence). The same digests from another host or storage are an independent build, and count."""
         keys = ("env", "input_hash", "image_id", "builder_id", "wheel_sha256", "lock_sha256")
-        return all(getattr(self, k) == getattr(other, k) for k in keys)
+        return all(getattr(self, k) == getattr(other, k) for k in keys) and self.builder_key() == other.builder_key()
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,7 @@ class Publication(Fact):
     verdict_ids: tuple[str, ...]
     reused: bool  # the immutable tag already named this image
     migrated: dict[str, str] | None = None
+    attestation: dict[str, Any] | None = None  # digest, tag, key_id, predicate_types of the signed attestation
 
 
 KINDS: dict[str, type[Fact]] = {c.kind: c for c in (Artifact, VerdictFact, Applies, Publication)}
@@ -205,6 +216,11 @@ def from_body(body: dict[str, Any]) -> Fact:
         values["tier"] = Tier(values["tier"])
     if "verdict" in values:
         values["verdict"] = Verdict(values["verdict"])
+    if isinstance(values.get("attestation"), dict) and "predicate_types" in values["attestation"]:
+        values["attestation"] = {
+            **values["attestation"],
+            "predicate_types": tuple(values["attestation"]["predicate_types"]),
+        }
     for name in ("reasons", "tags", "verified_tiers", "verdict_ids"):
         if name in values:
             values[name] = tuple(values[name])

@@ -1,33 +1,34 @@
-"""Publishing an image to a registry only when the ledger allows it.
+"""Publishing an image to a registry only when the ledger allows it, with a signed attestation beside it.
 
 The gate (:func:`flashkit.ledger.gate.gate`) reads only the ledger, the env's current input hash and
 the id of the local image: no cached build result is needed, so publishing works from any clone that
 has ``verified/`` and the image. Nothing touches the registry until the gate has passed.
 
-Labels without losing the judged image. Adding a label changes the image config and so the image id,
-while the ledger judged the built image. The published image is therefore a derived image whose
-Dockerfile is only ``FROM <judged image>`` plus LABELs: it adds no layer (its rootfs diff ids are
-checked equal to the judged image's), its parent is the judged image, and its labels name the judged
-image id (``io.flashkit.judged-image``), the input hash, the policy and the tiers that passed.
+The published image is the judged image itself, unchanged: its config digest (the image id) is the
+one the verdicts name and the one a second builder gets from the same inputs. What the gate decided
+(tiers, counts, policy, where each tier ran) travels beside it as a signed attestation
+(:mod:`flashkit.ledger.attest`), not in labels. The registry client is skopeo
+(:mod:`flashkit.ledger.registry_api`), with the user's credentials.
 
-Order of operations, so that an interrupted or failed publish leaves no tag in the target repository:
+Order of operations, so that a refused, failed or interrupted publish leaves no tag:
 
-1. push the derived image under a unique tag to a *staging* repository (``<repository>-staging``);
-2. link its blobs into the target repository (cross-repository mount) and PUT the manifest there
-   *by digest*, i.e. with no tag;
-3. delete the staging manifest (distribution 2.x deletes manifests by digest only, hence the
-   separate repository);
-4. pull the target back by digest and compare: the manifest hashes to the digest, its config to the
-   published image id, its layers are the judged image's layers, the pulled image id matches;
-5. only then PUT the same manifest bytes under the immutable input-hash tag and the spec's tags;
+1. copy the judged image out of the engine into a local OCI layout (layers gzip-compressed; the config,
+   hence the image id, unchanged) and read its manifest digest D;
+2. push it to the repository *by digest* (no tag);
+3. pull ``@D`` back into a second layout (skopeo checks every blob's digest) and compare: the manifest
+   hashes to D and its config is the judged image id;
+4. sign the provenance and verification statements, push the attestation under ``sha256-<hex>.att``,
+   fetch it back and verify its signatures and subject;
+5. only then point the immutable input-hash tag, the card tag (``torch2.11-cu13.0``) and the spec's
+   tags at D;
 6. append a ``publication`` fact to the ledger.
 
 Steps 1-5 run under a host-wide lock per registry repository (``FLASHKIT_LOCK_DIR``, default
 ``~/.cache/flashkit/locks``), and the immutable tag is looked at again under that lock: two publishes
-from this host can never both create it. An immutable tag that already exists is reused only when it
-names an image derived from the same judged image under the same input hash and policy; otherwise
-publishing refuses. Registries shared by several hosts should also enforce tag immutability
-themselves (Harbor, ECR and GHCR can): no client-side lock spans hosts.
+from this host can never both create it. An immutable tag that already exists is reused only when its
+image is the judged image (same config digest); otherwise publishing refuses. Registries shared by
+several hosts should also enforce tag immutability themselves (Harbor, ECR and GHCR can): no
+client-side lock spans hosts.
 """
 
 from __future__ import annotations
@@ -35,35 +36,32 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import io
-import json
 import os
-import uuid
-from collections.abc import Callable, Iterable
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flashkit.core.atomic import utc_now
 from flashkit.core.errors import PublishRefused, PullBackMismatch, PushFailed, UsageError
-from flashkit.core.names import label
-from flashkit.ledger import store
+from flashkit.ledger import attest, store
 from flashkit.ledger.gate import GPU_TIERS, GateDecision, Policy, gate
 from flashkit.ledger.model import Publication
 from flashkit.ledger.record import append_with_applies
-from flashkit.ledger.registry_api import RegistryAPI, Target, config_labels, manifest_parts
+from flashkit.ledger.registry_api import (
+    Registry,
+    Target,
+    access,
+    engine_to_layout,
+    layout_blob,
+    layout_manifest,
+    manifest_parts,
+)
 
 _TAG_MAX = 128
 LOCK_DIR_ENV = "FLASHKIT_LOCK_DIR"
 LOCK_TIMEOUT_S = 1800
-
-
-def image_labels(env_id: str, input_hash: str, judged_image_id: str, policy: Policy, passed: Iterable[str]) -> dict:
-    return {
-        label("env"): env_id,
-        label("input-hash"): input_hash,
-        label("judged-image"): judged_image_id,
-        label("policy"): f"{policy.name}:{policy.describe()}",
-        label("verified-tiers"): ",".join(passed),
-    }
 
 
 def refuse_message(env_id: str, input_hash: str, ledger_file: str, decision: GateDecision, policy: Policy) -> str:
@@ -81,7 +79,7 @@ def refuse_hint(env_id: str, decision: GateDecision) -> str:
         hint += (
             f"; for the GPU tier run `flashkit verify {env_id} --tiers gpu` on a GPU host or import an "
             f"artifact-gpu result (`flashkit verify import-artifact-result {env_id} RESULT.json`), "
-            "or ask explicitly for a weaker policy (--policy no-gpu), which the image labels will state"
+            "or ask explicitly for a weaker policy (--policy no-gpu), which the signed attestation will state"
         )
     return hint
 
@@ -123,109 +121,6 @@ def registry_lock(target: Target):
         raise PushFailed(f"another publish to {target} held the lock for {LOCK_TIMEOUT_S}s") from None
 
 
-def _push(sdk, ref: str, tag: str, on_line: Callable[[str], None]) -> str:
-    """docker push; returns the manifest digest, raises on any error line."""
-    import docker.errors
-
-    digest = None
-    try:
-        for line in sdk.api.push(ref, tag=tag, stream=True, decode=True):
-            if "error" in line:
-                raise PushFailed(f"pushing {ref}:{tag} failed: {line['error']}")
-            if "status" in line and line.get("id") is None:
-                on_line(line["status"])
-            digest = (line.get("aux") or {}).get("Digest", digest)
-    except docker.errors.APIError as exc:
-        raise PushFailed(f"pushing {ref}:{tag} failed: {exc}") from exc
-    if not digest:
-        raise PushFailed(f"pushing {ref}:{tag} ended without a manifest digest")
-    return digest
-
-
-def _derive(sdk, judged_id: str, labels: dict[str, str]) -> str:
-    """Build ``FROM <judged image>`` + labels (no layer) and return the new image id."""
-    import docker.errors
-
-    # FROM needs a name; a throwaway local tag names exactly the judged id.
-    tmp_repo, tmp_tag = "flashkit-publish-src", uuid.uuid4().hex[:12]
-    sdk.images.get(judged_id).tag(tmp_repo, tmp_tag)
-    try:
-        # One LABEL instruction: one config-only step, so the derived image's parent is the judged image.
-        label_line = " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
-        dockerfile = io.BytesIO(f"FROM {tmp_repo}:{tmp_tag}\nLABEL {label_line}\n".encode())
-        image, _logs = sdk.images.build(fileobj=dockerfile, pull=False, rm=True, forcerm=True)
-        if image.attrs.get("Parent") != judged_id or image.attrs["RootFS"] != sdk.images.get(judged_id).attrs["RootFS"]:
-            raise PushFailed(f"the labelled image {image.id} is not a config-only child of {judged_id}")
-        return image.id
-    except docker.errors.BuildError as exc:
-        raise PushFailed(f"could not derive the labelled image from {judged_id}: {exc}") from exc
-    finally:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            sdk.images.remove(f"{tmp_repo}:{tmp_tag}", noprune=True)
-
-
-def _check_pulled(
-    sdk, api: RegistryAPI, target: Target, digest: str, expect_id: str | None, judged: dict, labels: dict
-) -> str:
-    """Pull ``target@digest`` and check it is the derived image of ``judged``; returns its image id."""
-    import docker.errors
-
-    got = api.manifest(target.repository, digest)
-    if got is None:
-        raise PullBackMismatch(f"{target}@{digest} is not in the registry after the push")
-    body, _mt, real = got
-    if real != digest:
-        raise PullBackMismatch(f"{target}@{digest} serves a manifest hashing to {real}")
-    config_digest, _layers = manifest_parts(f"{target}@{digest}", body)
-    if expect_id is not None and config_digest != expect_id:
-        raise PullBackMismatch(f"{target}@{digest} has config {config_digest}, the pushed image is {expect_id}")
-    config = api.config(target.repository, body)
-    layers = (config.get("rootfs") or {}).get("diff_ids", [])
-    if layers != judged["RootFS"]["Layers"]:
-        raise PullBackMismatch(
-            f"{target}@{digest} has layers {layers}, the judged image {judged['Id']} has {judged['RootFS']['Layers']}"
-        )
-    have = config_labels(config)
-    wrong = {k: have.get(k) for k, v in labels.items() if have.get(k) != v}
-    if wrong:
-        raise PullBackMismatch(f"{target}@{digest} labels differ from what was published: {wrong}")
-    try:
-        pulled = sdk.images.pull(f"{target}@{digest}")
-    except docker.errors.APIError as exc:
-        raise PullBackMismatch(f"pulling {target}@{digest} back failed: {exc}") from exc
-    if pulled.id != config_digest:
-        raise PullBackMismatch(f"pulled {target}@{digest} is image {pulled.id}, expected {config_digest}")
-    return pulled.id
-
-
-def _stage_and_link(sdk, api: RegistryAPI, target: Target, image_id: str, labels: dict, say) -> tuple[str, str]:
-    """Steps 1-3 of the module docstring: the target repository gets the manifest by digest, untagged."""
-    import docker.errors
-
-    derived = _derive(sdk, image_id, labels)
-    staging_ref, staging_tag = target.ref(target.staging), f"push-{uuid.uuid4().hex[:16]}"
-    sdk.images.get(derived).tag(staging_ref, staging_tag)
-    staged_digest = None
-    try:
-        say(f"pushing {derived} to staging {staging_ref}:{staging_tag}")
-        staged_digest = _push(sdk, staging_ref, staging_tag, say)
-        staged = api.manifest(target.staging, staged_digest)
-        if staged is None:
-            raise PushFailed(f"{staging_ref}@{staged_digest} vanished after the push")
-        body, media_type, _d = staged
-        config, layers = manifest_parts(f"{staging_ref}@{staged_digest}", body)
-        for blob in (config, *layers):
-            api.mount(target.repository, blob, target.staging)
-        digest = api.put_manifest(target.repository, staged_digest, body, media_type) or staged_digest
-        return digest, derived
-    finally:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            sdk.images.remove(f"{staging_ref}:{staging_tag}", noprune=True)
-        if staged_digest is not None:
-            with contextlib.suppress(PushFailed):
-                api.delete_manifest(target.staging, staged_digest)
-
-
 @dataclasses.dataclass(frozen=True)
 class PublishRequest:
     root: Path
@@ -236,82 +131,211 @@ class PublishRequest:
     policy: Policy
     target: Target
     tags: tuple[str, ...]
+    signing_key: Path | None = None  # required unless dry_run
+    inputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # the plan's input-hash manifest
 
 
-def _reuse(sdk, api: RegistryAPI, req: PublishRequest, existing, judged: dict, labels: dict, say) -> tuple[str, str]:
-    digest = existing[2]
-    say(f"{req.target}:{req.immutable_tag} exists ({digest}); checking it is this image")
-    have = config_labels(api.config(req.target.repository, existing[0]))
-    differ = {k: (have.get(k), v) for k, v in labels.items() if have.get(k) != v}
-    if differ:
-        raise PushFailed(
-            f"the immutable tag {req.target}:{req.immutable_tag} already names {digest}, whose labels differ "
-            "from this publication: " + "; ".join(f"{k}: {a!r} there, {b!r} here" for k, (a, b) in differ.items()),
-            hint="an input-hash tag is never moved; publish under a new input hash or delete it in the registry",
-        )
-    return digest, _check_pulled(sdk, api, req.target, digest, None, judged, labels)
-
-
-def publish_image(engine, req: PublishRequest, *, dry_run: bool = False, say: Callable[[str], None] = lambda s: None):
-    """Gate, then push, pull back by digest, tag, and record. Returns the Publication (or the
-    GateDecision of a dry run); raises on any refusal or failure."""
-    import docker.errors
-
-    tags = [req.immutable_tag] + [t for t in req.tags if t != req.immutable_tag]
+def _check_tags(tags: list[str]) -> None:
     for t in tags:
         if not (0 < len(t) <= _TAG_MAX) or not all(c.isalnum() or c in "_.-" for c in t) or t[0] in ".-":
             raise UsageError(f"{t!r} is not a valid image tag")
+
+
+def _stage_and_check(reg: Registry, image_id: str, tmp: Path, say) -> tuple[str, int]:
+    """Steps 1-3 of the module docstring: the repository holds the image by digest, untagged, checked."""
+    out, back = tmp / "out", tmp / "back"
+    say(f"reading image {image_id} out of the engine")
+    engine_to_layout(image_id, out)
+    body, digest = layout_manifest(out)
+    config, _layers = manifest_parts(f"the manifest of {image_id}", body)
+    if config != image_id:
+        raise PushFailed(f"copying {image_id} out of the engine changed its config (now {config})")
+    say(f"pushing {reg.target}@{digest} (no tag)")
+    reg.push(out, "image", digest)
+    shutil.rmtree(out)
+    say(f"pulling {reg.target}@{digest} back to compare")
+    reg.fetch(digest, back)
+    got, got_digest = layout_manifest(back)
+    config_back, _l = manifest_parts(f"{reg.target}@{digest}", got)
+    if got_digest != digest or got != body:
+        raise PullBackMismatch(f"{reg.target}@{digest} serves another manifest ({got_digest})")
+    layout_blob(back, config_back)  # present and hashing to its name
+    if config_back != image_id:
+        raise PullBackMismatch(f"{reg.target}@{digest} is image {config_back}, the judged image is {image_id}")
+    shutil.rmtree(back)
+    return digest, len(body)
+
+
+def predicates(req: PublishRequest, decision: GateDecision, image_id: str, digest: str) -> dict[str, dict]:
+    """The provenance and verification predicates of this publication, from the plan and the ledger."""
+    ledger = store.load(req.root, req.env_id)
+    builds = [a for a in ledger.artifacts(req.input_hash) if a.image_id == image_id]
+    first = min(builds, key=lambda a: a.date)
+    provenance = {
+        "buildDefinition": {
+            "buildType": attest.BUILD_TYPE,
+            "externalParameters": {"env": req.env_id, "input_hash": req.input_hash},
+            "internalParameters": {"inputs": req.inputs},
+            "resolvedDependencies": [
+                {"name": f"base image ({stage})", "digest": {"sha256": d.removeprefix("sha256:")}}
+                for stage, d in (("builder", first.base_image_id), ("runtime", first.runtime_base_id))
+                if d
+            ],
+        },
+        "runDetails": {
+            "builder": {"id": "https://flashkit.invalid/builder", "version": dict(first.builder or {})},
+            "metadata": {"invocationId": first.id, "startedOn": first.date},
+            "byproducts": [
+                {"name": "wheel", "digest": {"sha256": first.wheel_sha256}},
+                {"name": "builder image", "digest": {"sha256": first.builder_id.removeprefix("sha256:")}},
+            ],
+        },
+        "builds": [{"fact": a.id, "date": a.date, **(a.builder or {})} for a in builds],
+    }
+    tiers = []
+    for j in decision.passed:
+        v = j.verdict
+        assert v is not None
+        tiers.append(
+            {
+                "tier": v.tier.value,
+                "verdict": v.verdict.value,
+                "subject": {"kind": v.subject.kind.value, "digest": v.subject.digest},
+                "counts": v.counts,
+                "where": v.host,
+                "date": v.date,
+                "source": v.source,
+                "fact": v.id,
+                "how": j.how,
+            }
+        )
+    verification = {
+        "verifier": {"id": "https://flashkit.invalid/gate"},
+        "timeVerified": utc_now(),
+        "env": req.env_id,
+        "input_hash": req.input_hash,
+        "image_id": image_id,
+        "policy": {
+            "name": req.policy.name,
+            "requires": req.policy.describe(),
+            "weaker_than_default": req.policy.weaker_than_default,
+        },
+        "tiers": tiers,
+    }
+    return {attest.PROVENANCE_TYPE: provenance, attest.VERIFICATION_TYPE: verification}
+
+
+def _attach(reg: Registry, req: PublishRequest, preds: dict[str, dict], digest: str, size: int, tmp: Path, say) -> dict:
+    """Step 4: sign, push under sha256-<hex>.att, fetch back and verify. Returns what the ledger records."""
+    signer = attest.load_signer(req.signing_key)  # type: ignore[arg-type]
+    name = str(reg.target)
+    envelopes = [(t, attest.sign(signer, attest.statement(name, digest, t, p))) for t, p in preds.items()]
+    att_dir, back = tmp / "att", tmp / "att-back"
+    att_digest = attest.write_layout(att_dir, digest, size, envelopes)
+    tag = attest.att_tag(digest)
+    say(f"attaching the signed attestation {reg.target}:{tag}")
+    reg.push(att_dir, "att", tag)
+    reg.fetch(tag, back, "att")
+    body, got = layout_manifest(back, "att")
+    if got != att_digest:
+        raise PushFailed(f"{reg.target}:{tag} serves {got}, the pushed attestation is {att_digest}")
+    checked = attest.read_artifact(body, lambda d: layout_blob(back, d), digest, signer.public_key)
+    return {
+        "digest": att_digest,
+        "tag": tag,
+        "key_id": attest.key_id(signer.public_key),
+        "predicate_types": sorted(checked),
+    }
+
+
+def _existing(reg: Registry, req: PublishRequest, image_id: str, say) -> str | None:
+    """The digest the immutable tag already names, after checking it is the judged image (else refuse)."""
+    got = reg.manifest(req.immutable_tag)
+    if got is None:
+        return None
+    _body, digest = got
+    _c, config = reg.config(digest)
+    if config != image_id:
+        raise PushFailed(
+            f"the immutable tag {req.target}:{req.immutable_tag} already names {digest}, image {config}, "
+            f"not the judged image {image_id}",
+            hint="an input-hash tag is never moved; publish under a new input hash or delete it in the registry",
+        )
+    say(f"{req.target}:{req.immutable_tag} already names this image ({digest}); attaching and tagging again")
+    return digest
+
+
+def publish_image(engine, req: PublishRequest, *, dry_run: bool = False, say: Callable[[str], None] = lambda s: None):
+    """Gate, then push by digest, pull back, attach the signed attestation, tag, and record. Returns the
+    Publication (or the GateDecision of a dry run); raises on any refusal or failure."""
+    import docker.errors
+
+    tags = list(dict.fromkeys([req.immutable_tag, *req.tags]))
+    _check_tags(tags)
     require_a_build(req)
+    if not dry_run:
+        attest.load_signer(_signing_key(req))  # a missing or bad key is refused before any push
     sdk = engine.sdk()
     try:
-        try:
-            judged = sdk.images.get(req.image_ref).attrs
-        except docker.errors.ImageNotFound:
-            raise PublishRefused(
-                f"no local image {req.image_ref} to publish", hint=f"run `flashkit build {req.env_id}` and its tiers"
-            ) from None
-        image_id = judged["Id"]
-        decision = check_gate(req.root, req.env_id, req.input_hash, image_id, req.policy)
-        say(f"gate: {req.env_id}@{req.input_hash} image {image_id}: {req.policy.describe()} passed")
-        for j in decision.passed:
-            say(f"  {j.line()}")
-        if req.policy.weaker_than_default:
-            say(
-                f"note: policy {req.policy.name} ({req.policy.describe()}) is weaker than the default; the labels say so"
-            )
-        if dry_run:
-            return decision
-        labels = image_labels(req.env_id, req.input_hash, image_id, req.policy, decision.passed_tiers)
-        api = RegistryAPI(req.target)
-        with registry_lock(req.target):
-            existing = api.manifest(req.target.repository, req.immutable_tag)
-            if existing is not None:
-                digest, published_id = _reuse(sdk, api, req, existing, judged, labels, say)
-            else:
-                digest, published_id = _stage_and_link(sdk, api, req.target, image_id, labels, say)
-                say(f"pulling {req.target}@{digest} back to compare")
-                _check_pulled(sdk, api, req.target, digest, published_id, judged, labels)
-            body, media_type, _d = api.manifest(req.target.repository, digest) or (None, None, None)
-            if body is None:
-                raise PushFailed(f"{req.target}@{digest} vanished before it was tagged")
-            for t in tags:
-                api.put_manifest(req.target.repository, t, body, media_type)
-                say(f"tagged {req.target}:{t} -> {digest}")
-        pub = Publication(
-            env=req.env_id,
-            input_hash=req.input_hash,
-            date=utc_now(),
-            target=str(req.target),
-            digest=digest,
-            tags=tuple(tags),
-            judged_image_id=image_id,
-            published_image_id=published_id,
-            policy=f"{req.policy.name}:{req.policy.describe()}",
-            verified_tiers=decision.passed_tiers,
-            verdict_ids=tuple(j.verdict.id for j in decision.passed if j.verdict is not None),
-            reused=existing is not None,
-        )
-        append_with_applies(req.root, req.env_id, [pub])
-        return pub
+        image_id = sdk.images.get(req.image_ref).id
+    except docker.errors.ImageNotFound:
+        raise PublishRefused(
+            f"no local image {req.image_ref} to publish", hint=f"run `flashkit build {req.env_id}` and its tiers"
+        ) from None
     finally:
         sdk.close()
+    decision = check_gate(req.root, req.env_id, req.input_hash, image_id, req.policy)
+    say(f"gate: {req.env_id}@{req.input_hash} image {image_id}: {req.policy.describe()} passed")
+    for j in decision.passed:
+        say(f"  {j.line()}")
+    if req.policy.weaker_than_default:
+        say(
+            f"note: policy {req.policy.name} ({req.policy.describe()}) is weaker than the default; the attestation says so"
+        )
+    if dry_run:
+        return decision
+    req = dataclasses.replace(req, signing_key=_signing_key(req))
+    with (
+        access(req.target) as acc,
+        registry_lock(req.target),
+        tempfile.TemporaryDirectory(prefix="flashkit-publish-") as t,
+    ):
+        reg, tmp = Registry(req.target, acc), Path(t)
+        existing = _existing(reg, req, image_id, say)
+        if existing is None:
+            digest, size = _stage_and_check(reg, image_id, tmp, say)
+        else:
+            digest, size = existing, len(reg.manifest(existing)[0])  # type: ignore[index]
+        att = _attach(reg, req, predicates(req, decision, image_id, digest), digest, size, tmp, say)
+        for tag in tags:
+            reg.tag(digest, tag)
+            say(f"tagged {req.target}:{tag} -> {digest}")
+    pub = Publication(
+        env=req.env_id,
+        input_hash=req.input_hash,
+        date=utc_now(),
+        target=str(req.target),
+        digest=digest,
+        tags=tuple(tags),
+        judged_image_id=image_id,
+        published_image_id=image_id,
+        policy=f"{req.policy.name}:{req.policy.describe()}",
+        verified_tiers=decision.passed_tiers,
+        verdict_ids=tuple(j.verdict.id for j in decision.passed if j.verdict is not None),
+        reused=existing is not None,
+        attestation=att,
+    )
+    append_with_applies(req.root, req.env_id, [pub])
+    return pub
+
+
+def _signing_key(req: PublishRequest) -> Path:
+    key = req.signing_key or (
+        Path(os.environ[attest.SIGNING_KEY_ENV]) if os.environ.get(attest.SIGNING_KEY_ENV) else None
+    )
+    if key is None:
+        raise UsageError(
+            f"publishing signs an attestation: pass --signing-key PATH or set {attest.SIGNING_KEY_ENV}",
+            hint="make a key pair once with `flashkit key generate DIR` (outside the repository)",
+        )
+    return key

@@ -39,6 +39,8 @@ def artifact_of(res: BuildResult) -> Artifact:
         wheel_sha256=res.wheel_sha256,
         lock_sha256=res.lock_sha256,
         build_context={k: v for k, v in res.context.items() if isinstance(v, str | bool)},
+        runtime_base_id=res.runtime_base_id,
+        builder=dict(res.builder) or None,
     )
 
 

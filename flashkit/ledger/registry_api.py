@@ -1,39 +1,53 @@
-"""The few OCI distribution (v2) calls publishing needs that the docker SDK has no verb for.
+"""The registry, spoken to through ``skopeo`` (Debian's package): publishing, pulling back, verifying.
 
-Manifest by digest, cross-repository mount, delete, tags. Every reply is treated as untrusted input:
-bodies are size-capped, JSON is parsed defensively, a missing field or a wrong digest is a
-:class:`~flashkit.core.errors.PushFailed` or :class:`~flashkit.core.errors.PullBackMismatch` naming the
-call, never a traceback. Loopback registries are spoken to over plain HTTP (the engine treats
-127.0.0.0/8 as insecure by default), others over HTTPS.
+skopeo (containers/image) speaks the OCI distribution protocol with the logins users already have, so
+flashkit carries no HTTP client of its own. What it is given:
+
+- **Credentials**, first found wins: ``FLASHKIT_REGISTRY_USER`` with ``FLASHKIT_REGISTRY_PASSWORD`` (written
+  to a private temporary auth file, never put on a command line); ``REGISTRY_AUTH_FILE``; the docker
+  config (``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``, credential helpers included), which
+  skopeo reads itself; else none. A credential never reaches a log, an error message, the ledger or an
+  image: only where it came from is said ("FLASHKIT_REGISTRY_USER/PASSWORD", "REGISTRY_AUTH_FILE", ...).
+- **TLS**: the system's trust store, plus ``FLASHKIT_REGISTRY_CA`` (a PEM file: a registry with its own
+  CA). Only a loopback registry without such a CA is spoken to without TLS verification.
+
+Every reply is untrusted input: a manifest is checked to hash to the digest it was asked by, and skopeo
+checks every blob against its digest when it copies.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
 import hashlib
-import http.client
 import json
+import os
 import re
-import urllib.error
-import urllib.request
-from collections.abc import Iterable
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from flashkit.core.errors import PullBackMismatch, PushFailed, UsageError
+from flashkit.core.errors import PullBackMismatch, PushFailed, RegistryAuthFailed, ToolError, UsageError
 from flashkit.core.textcheck import NETRC_HINT
 
 REGISTRY_ENV = "FLASHKIT_REGISTRY"
-STAGING_SUFFIX = "-staging"
+USER_ENV, PASSWORD_ENV = "FLASHKIT_REGISTRY_USER", "FLASHKIT_REGISTRY_PASSWORD"
+CA_ENV = "FLASHKIT_REGISTRY_CA"
+AUTH_FILE_ENV = "REGISTRY_AUTH_FILE"
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.oci.image.manifest.v1+json",
 )
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
+SKOPEO_TIMEOUT_S = 3600
 # A repository path component, as the distribution spec defines it.
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9-]{1,63})*(?::[0-9]{1,5})?")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_AUTH_WORDS = ("unauthorized", "authentication required", "denied", "401", "403", "invalid username/password")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,20 +56,19 @@ class Target:
     repository: str  # e.g. org/flash
 
     @property
-    def base_url(self) -> str:
+    def loopback(self) -> bool:
         hostname = self.host.rsplit(":", 1)[0] if self.host.count(":") == 1 else self.host
-        loopback = hostname in ("localhost", "::1", "[::1]") or hostname.startswith("127.")
-        return f"{'http' if loopback else 'https'}://{self.host}"
+        return hostname in ("localhost", "::1", "[::1]") or hostname.startswith("127.")
 
-    @property
-    def staging(self) -> str:
-        return self.repository + STAGING_SUFFIX
-
-    def ref(self, repository: str | None = None) -> str:
-        return f"{self.host}/{repository or self.repository}"
+    def ref(self, reference: str | None = None) -> str:
+        """``docker://host/repo`` with ``:tag`` or ``@sha256:...`` when given."""
+        base = f"docker://{self.host}/{self.repository}"
+        if reference is None:
+            return base
+        return f"{base}@{reference}" if DIGEST_RE.fullmatch(reference) else f"{base}:{reference}"
 
     def __str__(self) -> str:
-        return self.ref()
+        return f"{self.host}/{self.repository}"
 
 
 def parse_target(text: str | None) -> Target:
@@ -63,17 +76,18 @@ def parse_target(text: str | None) -> Target:
     if not text:
         raise UsageError(
             f"no registry given: pass --registry HOST[:PORT]/REPOSITORY or set {REGISTRY_ENV} "
-            "(e.g. 127.0.0.1:5000/org/flash; `flashkit registry` runs one on loopback)"
+            "(e.g. ghcr.io/org/flash; `flashkit registry` runs one on loopback)"
         )
     if "@" in text or "://" in text:
         raise UsageError(
-            f"registry {text!r}: give HOST[:PORT]/REPOSITORY without a scheme or credentials; {NETRC_HINT}"
+            f"registry {text!r}: give HOST[:PORT]/REPOSITORY without a scheme or credentials; "
+            f"credentials come from {USER_ENV}/{PASSWORD_ENV}, {AUTH_FILE_ENV} or the docker config ({NETRC_HINT})"
         )
     host, _, repo = text.partition("/")
     if not repo or not _HOST.fullmatch(host) or not ("." in host or ":" in host or host == "localhost"):
         raise UsageError(
             f"registry {text!r}: expected HOST[:PORT]/REPOSITORY with a registry host "
-            "(a name with a dot or a port, or localhost), e.g. 127.0.0.1:5000/org/flash"
+            "(a name with a dot or a port, or localhost), e.g. ghcr.io/org/flash or 127.0.0.1:5000/org/flash"
         )
     bad = [c for c in repo.split("/") if not _COMPONENT.fullmatch(c)]
     if bad:
@@ -82,6 +96,29 @@ def parse_target(text: str | None) -> Target:
             "use lowercase letters, digits and single separators (. _ -)"
         )
     return Target(host, repo)
+
+
+def parse_image_ref(text: str) -> tuple[Target, str]:
+    """``HOST[:PORT]/REPO:TAG`` or ``HOST[:PORT]/REPO@sha256:...`` -> (target, tag or digest)."""
+    if "@" in text:
+        name, _, reference = text.partition("@")
+        if not DIGEST_RE.fullmatch(reference):
+            raise UsageError(f"{text!r}: after @ comes a digest, sha256:<64 hex>")
+    else:
+        slash = text.rfind("/")
+        colon = text.rfind(":")
+        if colon <= slash:
+            raise UsageError(
+                f"{text!r}: name a tag (REPO:TAG) or a digest (REPO@sha256:...), e.g. ghcr.io/org/flash:torch2.11-cu13.0"
+            )
+        name, reference = text[:colon], text[colon + 1 :]
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", reference):
+            raise UsageError(f"{text!r}: {reference!r} is not a valid tag")
+    return parse_target(name), reference
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def json_reply(what: str, body: bytes) -> Any:
@@ -102,114 +139,190 @@ def manifest_parts(what: str, body: bytes) -> tuple[str, list[str]]:
     except (KeyError, TypeError):
         raise PullBackMismatch(f"{what}: not an image manifest (no config or layers)") from None
     for d in (config, *layers):
-        if not isinstance(d, str) or not _DIGEST.fullmatch(d):
+        if not isinstance(d, str) or not DIGEST_RE.fullmatch(d):
             raise PullBackMismatch(f"{what}: {d!r} is not a sha256 digest")
     return config, layers
 
 
-class RegistryAPI:
-    def __init__(self, target: Target, timeout_s: float = 60.0) -> None:
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """How to reach one registry: an auth file (or skopeo's own lookup), a CA folder, TLS on or off."""
+
+    auth_file: str | None
+    cert_dir: str | None
+    tls_verify: bool
+    credentials_from: str  # where the login came from, for messages; never the login itself
+    secrets: tuple[str, ...] = ()  # values to blank out of anything skopeo prints
+
+    def flags(self, role: str = "") -> list[str]:
+        """skopeo flags for a command (``role`` "src"/"dest" for copy's two sides)."""
+        pre = f"--{role}-" if role else "--"
+        out = [f"{pre}tls-verify={'true' if self.tls_verify else 'false'}"]
+        if self.cert_dir:
+            out.append(f"{pre}cert-dir={self.cert_dir}")
+        if self.auth_file:
+            out.append(f"{pre}authfile={self.auth_file}")
+        return out
+
+    def redact(self, text: str) -> str:
+        for s in self.secrets:
+            if s:
+                text = text.replace(s, "***")
+        return text
+
+
+def _docker_config() -> Path:
+    return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+
+
+@contextlib.contextmanager
+def access(target: Target, environ: dict[str, str] | None = None) -> Iterator[Access]:
+    """The :class:`Access` for ``target`` from the environment; temporary files removed afterwards."""
+    env = dict(os.environ if environ is None else environ)
+    user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
+    if bool(user) != bool(password):
+        raise UsageError(f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
+    ca = env.get(CA_ENV)
+    if ca and not Path(ca).is_file():
+        raise UsageError(f"{CA_ENV}={ca!r} is not a readable file (a PEM CA certificate)")
+    with tempfile.TemporaryDirectory(prefix="flashkit-registry-") as tmp:
+        os.chmod(tmp, 0o700)
+        cert_dir = None
+        if ca:
+            cert_dir = os.path.join(tmp, "certs")
+            os.mkdir(cert_dir)
+            shutil.copyfile(ca, os.path.join(cert_dir, "ca.crt"))
+        secrets: tuple[str, ...] = ()
+        if user and password:
+            auth_file, source = os.path.join(tmp, "auth.json"), f"{USER_ENV}/{PASSWORD_ENV}"
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            fd = os.open(auth_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"auths": {target.host: {"auth": token}}}, f)
+            secrets = (password, token)
+        elif env.get(AUTH_FILE_ENV):
+            auth_file, source = env[AUTH_FILE_ENV], AUTH_FILE_ENV
+        else:
+            auth_file, source = None, f"the docker config ({_docker_config()})" if _docker_config().exists() else "none"
+        yield Access(auth_file, cert_dir, bool(ca) or not target.loopback, source, secrets)
+
+
+class Registry:
+    """One repository of one registry, through skopeo."""
+
+    def __init__(self, target: Target, acc: Access) -> None:
+        if not shutil.which("skopeo"):
+            raise ToolError(
+                "skopeo is not installed", hint="apt-get install skopeo (or `flashkit engine ensure --install`)"
+            )
         self.target = target
-        self.timeout_s = timeout_s
+        self.access = acc
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        data: bytes | None = None,
-        headers: dict | None = None,
-        limit: int = MAX_MANIFEST_BYTES,
-    ):
-        url = f"{self.target.base_url}/v2/{path}"
-        req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    def _run(self, what: str, argv: list[str], *, missing_ok: bool = False) -> subprocess.CompletedProcess | None:
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                body = resp.read(limit + 1)
-                status, reply_headers = resp.status, resp.headers
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.headers, exc.read(64 * 1024)
-        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
-            raise PushFailed(
-                f"registry {self.target.host} did not answer {method} {url}: {exc}",
-                hint=f"check --registry / ${REGISTRY_ENV}; `flashkit registry --port N` runs one on loopback",
-            ) from None
-        if len(body) > limit:
-            raise PushFailed(f"registry {self.target.host}: {method} {path} answered more than {limit >> 20} MiB")
-        declared = reply_headers.get("Content-Length")
-        if declared and declared.isdigit() and len(body) < int(declared):
-            raise PushFailed(
-                f"registry {self.target.host} did not answer {method} {path} whole: "
-                f"{len(body)} of {declared} bytes before the connection closed"
-            )
-        return status, reply_headers, body
-
-    def _ok(self, what: str, status: int, body: bytes, ok: Iterable[int]) -> None:
-        if status not in ok:
-            raise PushFailed(
-                f"registry {self.target.host}: {what} answered HTTP {status}",
-                detail=body[:800].decode(errors="replace"),
-            )
-
-    def tags(self, repository: str) -> list[str]:
-        status, _h, body = self._call("GET", f"{repository}/tags/list")
-        if status == 404:  # NAME_UNKNOWN: the repository has never received a manifest
-            return []
-        self._ok(f"tags of {repository}", status, body, (200,))
-        tags = json_reply(f"tags of {repository}", body)
-        listed = tags.get("tags") if isinstance(tags, dict) else None
-        if listed is not None and not (isinstance(listed, list) and all(isinstance(t, str) for t in listed)):
-            raise PushFailed(f"registry {self.target.host}: tags of {repository} is not a list of names")
-        return sorted(listed or [])
-
-    def manifest(self, repository: str, reference: str) -> tuple[bytes, str, str] | None:
-        """(bytes, media type, digest) of a manifest, or None when there is none."""
-        status, headers, body = self._call(
-            "GET", f"{repository}/manifests/{reference}", headers={"Accept": ", ".join(MANIFEST_TYPES)}
-        )
-        if status == 404:
+            res = subprocess.run(["skopeo", *argv], capture_output=True, timeout=SKOPEO_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise PushFailed(f"{what}: skopeo did not finish within {SKOPEO_TIMEOUT_S}s") from None
+        if res.returncode == 0:
+            return res
+        err = self.access.redact(res.stderr.decode(errors="replace")).strip()
+        low = err.lower()
+        if missing_ok and ("manifest unknown" in low or "name unknown" in low or "not found" in low):
             return None
-        self._ok(f"manifest {repository}:{reference}", status, body, (200,))
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        served = headers.get("Docker-Content-Digest")
-        if served and served != digest:
-            raise PullBackMismatch(f"{repository}:{reference}: registry says digest {served}, bytes hash to {digest}")
-        media = (headers.get("Content-Type") or MANIFEST_TYPES[0]).split(";")[0]
-        if media not in MANIFEST_TYPES:
-            raise PushFailed(f"{repository}:{reference}: a {media!r}, not a single-image manifest")
-        return body, media, digest
+        if any(w in low for w in _AUTH_WORDS):
+            raise RegistryAuthFailed(
+                f"{what}: {self.target.host} refused the login (credentials from {self.access.credentials_from})",
+                detail=err[-600:],
+                hint=f"set {USER_ENV} and {PASSWORD_ENV}, or log in so that {AUTH_FILE_ENV} or the docker "
+                "config holds credentials for this registry",
+            )
+        if "certificate" in low or "x509" in low or "tls" in low:
+            raise PushFailed(
+                f"{what}: TLS with {self.target.host} failed",
+                detail=err[-600:],
+                hint=f"set {CA_ENV} to the registry's CA",
+            )
+        raise PushFailed(f"{what}: skopeo failed (exit {res.returncode})", detail=err[-800:])
 
-    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
-        status, headers, text = self._call(
-            "PUT", f"{repository}/manifests/{reference}", data=body, headers={"Content-Type": media_type}
+    def manifest(self, reference: str) -> tuple[bytes, str] | None:
+        """(bytes, digest) of the manifest ``reference`` names (tag or digest), None when there is none."""
+        what = f"manifest {self.target}:{reference}"
+        res = self._run(what, ["inspect", "--raw", *self.access.flags(), self.target.ref(reference)], missing_ok=True)
+        if res is None:
+            return None
+        digest = sha256_digest(res.stdout)
+        if DIGEST_RE.fullmatch(reference) and digest != reference:
+            raise PullBackMismatch(f"{what}: the registry served bytes hashing to {digest}")
+        return res.stdout, digest
+
+    def config(self, reference: str) -> tuple[bytes, str]:
+        """(bytes, sha256 digest) of the image config ``reference`` names: the digest is the image id."""
+        res = self._run(
+            f"config of {self.target}:{reference}",
+            ["inspect", "--raw", "--config", *self.access.flags(), self.target.ref(reference)],
         )
-        self._ok(f"PUT manifest {repository}:{reference}", status, text, (201,))
-        return headers.get("Docker-Content-Digest", "")
+        assert res is not None
+        return res.stdout, sha256_digest(res.stdout)
 
-    def mount(self, repository: str, digest: str, source: str) -> None:
-        status, _h, body = self._call("POST", f"{repository}/blobs/uploads/?mount={digest}&from={source}", data=b"")
-        self._ok(f"mount {digest} from {source} into {repository}", status, body, (201,))
+    def tags(self) -> list[str]:
+        res = self._run(
+            f"tags of {self.target}", ["list-tags", *self.access.flags(), self.target.ref()], missing_ok=True
+        )
+        if res is None:
+            return []
+        listed = json_reply(f"tags of {self.target}", res.stdout).get("Tags") or []
+        return sorted(t for t in listed if isinstance(t, str))
 
-    def blob(self, repository: str, digest: str) -> bytes:
-        status, _h, body = self._call("GET", f"{repository}/blobs/{digest}", limit=MAX_CONFIG_BYTES)
-        self._ok(f"blob {repository}@{digest}", status, body, (200,))
-        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
-            raise PullBackMismatch(f"blob {repository}@{digest} does not hash to its digest")
-        return body
+    def push(self, layout: Path, name: str, reference: str) -> None:
+        """Copy ``oci:layout:name`` to ``reference`` (a digest: no tag is made) unchanged."""
+        argv = ["copy", "--quiet", "--preserve-digests", *self.access.flags("dest")]
+        self._run(f"push to {self.target}:{reference}", [*argv, f"oci:{layout}:{name}", self.target.ref(reference)])
 
-    def config(self, repository: str, manifest_body: bytes) -> dict[str, Any]:
-        """The image config a manifest names, parsed."""
-        config_digest, _layers = manifest_parts(f"manifest in {repository}", manifest_body)
-        config = json_reply(f"config {config_digest}", self.blob(repository, config_digest))
-        if not isinstance(config, dict):
-            raise PullBackMismatch(f"config {config_digest} is not a JSON object")
-        return config
+    def fetch(self, reference: str, layout: Path, name: str = "image") -> None:
+        """Copy ``reference`` from the registry into ``oci:layout:name`` unchanged (blobs checked)."""
+        argv = ["copy", "--quiet", "--preserve-digests", *self.access.flags("src")]
+        self._run(f"pull {self.target}:{reference}", [*argv, self.target.ref(reference), f"oci:{layout}:{name}"])
 
-    def delete_manifest(self, repository: str, digest: str) -> None:
-        status, _h, body = self._call("DELETE", f"{repository}/manifests/{digest}")
-        self._ok(f"delete {repository}@{digest}", status, body, (202, 404))
+    def tag(self, digest: str, tag: str) -> None:
+        """Point ``tag`` at the manifest ``digest`` (same bytes: the tag's digest is ``digest``)."""
+        argv = ["copy", "--quiet", "--preserve-digests", *self.access.flags("src"), *self.access.flags("dest")]
+        self._run(f"tag {self.target}:{tag}", [*argv, self.target.ref(digest), self.target.ref(tag)])
+        got = self.manifest(tag)
+        if got is None or got[1] != digest:
+            raise PushFailed(f"{self.target}:{tag} names {got[1] if got else 'nothing'} after tagging, not {digest}")
 
 
-def config_labels(config: dict[str, Any]) -> dict[str, str]:
-    labels = (config.get("config") or {}).get("Labels") or {}
-    return labels if isinstance(labels, dict) else {}
+def engine_to_layout(image_id: str, layout: Path, name: str = "image") -> None:
+    """Copy the engine's image ``image_id`` into ``oci:layout:name`` (layers gzip-compressed, config unchanged)."""
+    res = subprocess.run(
+        ["skopeo", "copy", "--quiet", f"docker-daemon:{image_id}", f"oci:{layout}:{name}"],
+        capture_output=True,
+        timeout=SKOPEO_TIMEOUT_S,
+    )
+    if res.returncode != 0:
+        raise PushFailed(f"reading image {image_id} out of the engine failed", detail=res.stderr.decode()[-800:])
+
+
+def layout_manifest(layout: Path, name: str = "image") -> tuple[bytes, str]:
+    """(bytes, digest) of the manifest ``name`` in an OCI layout folder, checked against its blob name."""
+    try:
+        index = json.loads((layout / "index.json").read_text())
+        entry = next(
+            m
+            for m in index["manifests"]
+            if (m.get("annotations") or {}).get("org.opencontainers.image.ref.name") == name
+        )
+        digest = entry["digest"]
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        raise PullBackMismatch(f"{layout}: no manifest named {name!r} in the OCI layout") from None
+    body = layout_blob(layout, digest)
+    return body, digest
+
+
+def layout_blob(layout: Path, digest: str) -> bytes:
+    if not DIGEST_RE.fullmatch(str(digest)):
+        raise PullBackMismatch(f"{digest!r} is not a sha256 digest")
+    body = (layout / "blobs" / "sha256" / digest[7:]).read_bytes()
+    if sha256_digest(body) != digest:
+        raise PullBackMismatch(f"blob {digest} in {layout} does not hash to its name")
+    return body

@@ -21,8 +21,12 @@ and ``DEBIAN_MIRROR`` / ``PIP_INDEX_URL`` are left to ``--set *.args.X=...``.
 
 Envs a compatibility rule rejects are left out and listed on stderr; naming a
 rejected env explicitly is an error (exit 4). Debian-flavoured envs start from
-the local base (``flashkit base create``); a remote builder needs that base
-pushed to a registry it can reach and ``--set *.args.BASE_IMAGE=...``.
+their two local bases (``flashkit base build ENV``); a remote builder needs them
+pushed to a registry it can reach and ``--set *.args.BASE_IMAGE=...`` and
+``RUNTIME_IMAGE=...``. A bake build uses BuildKit, whose images are not the
+reproducible ones ``flashkit build`` makes with buildah (same inputs, other ids
+unless that BuildKit rewrites timestamps); without the ``build-jobs`` secret the
+wheel compiles with one job.
 """
 
 from __future__ import annotations

@@ -69,6 +69,13 @@ class EnvId:
         """``"2.7"`` for torch27."""
         return f"{self.torch_major}.{self.torch_minor}"
 
+    @property
+    def card_tag(self) -> str:
+        """The image tag in the form model cards use: ``torch2.7-cu12.4`` (``-ngc`` etc. kept)."""
+        accel = "cu" if self.accel_kind == "cuda" else "rocm"
+        out = f"torch{self.torch_series}-{accel}{self.accel_version}"
+        return f"{out}-{self.variant}" if self.variant else out
+
     def __str__(self) -> str:
         out = f"{ACCEL_PREFIX[self.accel_kind]}{self.accel_major}{self.accel_minor}-torch{self.torch_major}{self.torch_minor}"
         if self.variant:

@@ -2,7 +2,7 @@
 
 The statement is computed, not hand-written per env, so it stays true when an env changes. Facts:
 - Build host: no GPU; reaches PyPI and Debian's mirror only (no Docker Hub, nvcr.io, quay); base
-  images can only be made locally with debootstrap (Debian bookworm/trixie).
+  images can only be made locally with mmdebstrap (Debian bookworm/trixie).
 - GPU host: one H200 (sm_90), Python 3.12, torch 2.11.0+cu130, no docker and no network: only a
   wheel built for the same torch travels there and can be tested on the GPU.
 """
@@ -45,7 +45,7 @@ def support(spec) -> HostSupport:
     flavor = spec.base.flavor
     if flavor == "debian":
         build = True
-        why.append(f"base made locally with debootstrap ({spec.base.suite}), toolchain from Debian/PyPI")
+        why.append(f"base made locally with mmdebstrap ({spec.base.suite}, locked), toolchain from Debian/PyPI")
     else:
         build = False
         why.append(f"image not buildable here: {_UNREACHABLE[flavor]}")

@@ -1,17 +1,20 @@
 """The input hash: one content hash over everything an image is built from, Nix-style. Pure.
 
-Scheme 1 hashes the canonical JSON (sorted keys, no whitespace, ASCII) of this manifest:
+Scheme 2 hashes the canonical JSON (sorted keys, no whitespace, ASCII) of this manifest:
 
-    {"scheme": 1,
+    {"scheme": 2,
      "spec": EnvSpec.normalized()          -- the typed values, not the YAML bytes: comments, key order,
                                               notes and digest_note do not change an image's identity
-     "lock": {"runtime_sha256", "build_sha256"}   -- the lockfiles' exact bytes
+     "lock": {"runtime_sha256", "build_sha256"[, "base_sha256"]}   -- the lockfiles' exact bytes; base_sha256
+                                              (the Debian packages of the bases) for debian-flavoured envs
      "template_sha256": sha256 of templates/Dockerfile.j2
      "kernel_sources": [[repo-relative posix path, "100644"|"100755", sha256], ...] sorted}
 
 The kernel sources are the bytes :func:`flashkit.plan.plan.load_plan` read, and the build context is
 written from those same bytes, so what is hashed is exactly what is built. The result is
-"fk1-<64 hex>": the prefix names the scheme, so a future scheme can never collide with this one. Site
+"fk2-<64 hex>": the prefix names the scheme, so schemes never collide. Scheme 1 (``fk1-``) had no base lock:
+its images were built on bases whose packages were whatever the archive served that day; its hashes stay
+valid names in old ledger lines (:func:`is_input_hash` accepts both) but no build makes them any more. Site
 inputs (proxy CA, mirrors, build host memory) are deliberately not part of it.
 """
 
@@ -24,9 +27,10 @@ from collections.abc import Iterable
 
 from flashkit.plan.spec import EnvSpec
 
-SCHEME = 1
+SCHEME = 2
 PREFIX = f"fk{SCHEME}-"
-HASH_RE = re.compile(rf"{PREFIX}[0-9a-f]{{64}}")
+# Every scheme's hashes are valid names: old ledger lines keep theirs.
+HASH_RE = re.compile(r"fk[12]-[0-9a-f]{64}")
 
 
 def sha256_text(text: str) -> str:
@@ -40,12 +44,16 @@ def manifest(
     build_lock_text: str,
     template_text: str,
     sources: Iterable[tuple[str, str, str]],
+    base_lock_text: str | None = None,
 ) -> dict:
     """``sources``: (repo-relative path, git-style mode, sha256) of every kernel source file."""
+    lock = {"runtime_sha256": sha256_text(lock_text), "build_sha256": sha256_text(build_lock_text)}
+    if base_lock_text is not None:
+        lock["base_sha256"] = sha256_text(base_lock_text)
     return {
         "scheme": SCHEME,
         "spec": spec.normalized(),
-        "lock": {"runtime_sha256": sha256_text(lock_text), "build_sha256": sha256_text(build_lock_text)},
+        "lock": lock,
         "template_sha256": sha256_text(template_text),
         "kernel_sources": sorted([path, mode, digest] for path, mode, digest in sources),
     }
@@ -61,10 +69,10 @@ def is_input_hash(value: object) -> bool:
 
 
 def tag_suffix(h: str) -> str:
-    """A short, tag-safe form for immutable image tags: ``fk1-<first 16 hex>``."""
+    """A short, tag-safe form for immutable image tags: ``fk2-<first 16 hex>``."""
     if not is_input_hash(h):
         raise ValueError(f"not a flashkit input hash: {h!r}")
-    return h[: len(PREFIX) + 16]
+    return h[:20]
 
 
 __all__ = ["HASH_RE", "PREFIX", "SCHEME", "digest", "is_input_hash", "manifest", "sha256_text", "tag_suffix"]

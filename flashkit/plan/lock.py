@@ -115,6 +115,7 @@ def header(spec: EnvSpec, kind: str, python: str | None = None) -> str:
 class LockTexts:
     runtime: str
     build: str
+    base: str | None = None  # lockfiles/<id>/base.txt of a debian-flavoured env (flashkit.plan.baselock)
 
 
 # --------------------------------------------------------------------------------------------------

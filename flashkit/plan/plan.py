@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flashkit.core import paths, safeio
 from flashkit.core.errors import LockError, SpecError
-from flashkit.plan import inputhash, rules
+from flashkit.plan import baselock, inputhash, rules
 from flashkit.plan.lock import LockTexts, check
 from flashkit.plan.spec import EnvSpec
 from flashkit.plan.specfile import load_env
@@ -68,7 +68,8 @@ class Plan:
         if self.lock_problems:
             raise LockError(
                 f"{self.env_id}: lockfiles are inconsistent with the spec:\n  - " + "\n  - ".join(self.lock_problems),
-                hint=f"run `flashkit lock {self.env_id}` (needs PyPI) and commit the result",
+                hint=f"run `flashkit lock {self.env_id}` (needs PyPI) for the pip locks, `flashkit base lock "
+                f"{self.env_id}` (root, mmdebstrap) for the base lock, and commit the result",
             )
 
 
@@ -79,6 +80,7 @@ def manifest_of(spec: EnvSpec, locks: LockTexts, template: str, sources: tuple[S
         build_lock_text=locks.build,
         template_text=template,
         sources=[(s.path, s.mode, s.sha256) for s in sources],
+        base_lock_text=locks.base,
     )
 
 
@@ -88,8 +90,9 @@ def read_template(root: Path) -> str:
     )
 
 
-def read_locks(root: Path, env_id: str, python: str) -> LockTexts:
-    """The image's two lockfiles: the runtime set of its Python and the builder's additions."""
+def read_locks(root: Path, env_id: str, python: str, *, with_base: bool = False) -> LockTexts:
+    """The image's lockfiles: the runtime set of its Python and the builder's additions, and with
+    ``with_base`` (debian-flavoured envs) the base lock; a missing one is an error."""
     rp, bp = paths.python_lock_file(root, env_id, python), paths.build_lock_file(root, env_id)
     missing = [paths.rel(root, p) for p in (rp, bp) if not os.path.lexists(p)]
     if missing:
@@ -99,7 +102,16 @@ def read_locks(root: Path, env_id: str, python: str) -> LockTexts:
     runtime, build = (
         safeio.read_text(p, what="lockfile", error=LockError, max_bytes=MAX_LOCK_BYTES, root=root) for p in (rp, bp)
     )
-    return LockTexts(runtime, build)
+    base = None
+    if with_base:
+        path = paths.base_lock_file(root, env_id)
+        if not os.path.lexists(path):
+            raise LockError(
+                f"{env_id}: base lock missing: {paths.rel(root, path)}",
+                hint=f"run `flashkit base lock {env_id}` (as root, needs mmdebstrap and Debian's archive) and commit it",
+            )
+        base = safeio.read_text(path, what="base lock", error=LockError, max_bytes=MAX_LOCK_BYTES, root=root)
+    return LockTexts(runtime, build, base)
 
 
 def _excluded_dir(name: str) -> bool:
@@ -140,11 +152,14 @@ def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
 def plan_of(root: Path, spec: EnvSpec) -> Plan:
     """The plan of an already-validated spec (the rest of its inputs read now)."""
     root = Path(root)
-    locks = read_locks(root, str(spec.id), spec.python)
+    locks = read_locks(root, str(spec.id), spec.python, with_base=spec.base.flavor == "debian")
     template = read_template(root)
     sources = read_sources(root, spec.kernel_source)
     h = inputhash.digest(manifest_of(spec, locks, template, sources))
-    return Plan(spec, locks, template, sources, h, tuple(check(spec, locks.runtime, locks.build)))
+    problems = check(spec, locks.runtime, locks.build)
+    if locks.base is not None:
+        problems += baselock.check(spec, locks.base)
+    return Plan(spec, locks, template, sources, h, tuple(problems))
 
 
 def load_plan(root: Path, env_id: str) -> Plan:

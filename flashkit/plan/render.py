@@ -13,7 +13,7 @@ import jinja2
 
 from flashkit.core import paths
 from flashkit.core.errors import SpecError
-from flashkit.plan import compat, inputhash, lock
+from flashkit.plan import inputhash, lock
 from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
 
@@ -46,18 +46,11 @@ def job_sizing(host_mem_gib: int) -> JobSizing:
 
 
 def _apt_packages(spec: EnvSpec) -> tuple[list[str], list[str], str | None]:
-    """(builder packages, runtime packages, reason they are unpinned or None)."""
-    if spec.base.flavor == "debian":
-        suite = compat.DEBIAN_SUITES[spec.base.suite]
-        pin = suite.packages
-        builder = ["python3", "python3-venv", "python3-dev", "g++"]
-        if spec.compiler.source == "debian":
-            builder.append(f"g++-{suite.cuda_host_gcc}")
-        out = [f"{p}={pin[p]}" for p in builder]
-        if spec.compiler.source == "debian":
-            out.append(f"nvidia-cuda-toolkit={spec.compiler.version}")
-        runtime = [f"{p}={pin[p]}" for p in ("python3", "python3-venv")]
-        return sorted(out), sorted(runtime), None
+    """(builder packages, runtime packages, reason they are unpinned or None) that the Dockerfile installs.
+
+    Debian-flavoured images install none: their bases are made by mmdebstrap with every package at the
+    version lockfiles/<env>/base.txt records (:mod:`flashkit.plan.baselock`), so no apt runs in a build.
+    """
     if spec.base.flavor == "cuda":
         py = f"python{spec.python}"
         return [f"{py}", f"{py}-dev", f"{py}-venv", "g++"], [py, f"{py}-venv"], UBUNTU_UNPINNED

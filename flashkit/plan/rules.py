@@ -208,7 +208,10 @@ def _compiler_exists(s: EnvSpec) -> tuple[bool, str]:
         return True, f"nvidia-cuda-nvcc {s.compiler.version} (+ nvvm, crt at the same version, cccl) from PyPI"
     # base-image
     if flavor == "debian":
-        return False, "a debootstrap Debian base has no compiler; use compiler source 'debian' or 'pypi'"
+        return (
+            False,
+            "a Debian base made here (mmdebstrap) has no CUDA compiler of its own; use compiler source 'debian' or 'pypi'",
+        )
     if flavor == "cuda" and "-devel-" not in s.base.ref and not s.base.ref.split(":")[1].startswith("devel"):
         return False, f"{s.base.ref} is not a -devel image, so it has no nvcc"
     return True, f"the {flavor} base image carries the compiler"

@@ -64,7 +64,7 @@ class Base:
 
     @property
     def pin_state(self) -> str:
-        """ "pinned" (registry digest), "local" (made here by debootstrap; its id is recorded at build)
+        """ "pinned" (registry digest), "local" (made here by mmdebstrap at the base lock's versions; its id follows from the lock)
         or "unpinned" (a registry image without a known digest)."""
         if self.flavor == "debian":
             return "local"

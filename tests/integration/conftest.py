@@ -53,6 +53,8 @@ def built_env(engine):
         how = f"run `flashkit build {env_id}`"
         if res is None:
             pytest.skip(f"{env_id} is not built at its current input hash; {how}")
+        if builder and image_inspect(engine, res.builder_ref) is None:
+            _builder_into_engine(engine, res)
         refs = [res.runtime_ref] + ([res.builder_ref] if builder else [])
         for ref in refs:
             if not ref or image_inspect(engine, ref) is None:
@@ -62,3 +64,13 @@ def built_env(engine):
         return res
 
     return get
+
+
+def _builder_into_engine(engine, res) -> None:
+    """Builder images live in buildah's storage; copy one into the engine (same id) for tests that run it."""
+    from flashkit.images import buildah
+
+    bh = buildah.find_buildah()
+    info = buildah.inspect(bh, res.builder_ref)
+    if info is not None and info.image_id == res.builder_id:
+        buildah.push_to_engine(bh, info.image_id, res.builder_ref, engine)

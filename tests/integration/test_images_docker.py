@@ -2,36 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from flashkit.core import paths
 from flashkit.core.errors import BaseImageError, ContainerError
-from flashkit.images import build, tiers
-from flashkit.images.base import create_base, load_records, pinned_base
+from flashkit.images import base, build, buildah, tiers
 from flashkit.images.container import Container, image_inspect, image_remove
+from flashkit.plan import baselock
+from flashkit.plan.plan import load_plan
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def bookworm(engine):
-    record = ROOT / ".work/bases.lock.json"
-    try:
-        return pinned_base(engine, "bookworm", record)
-    except BaseImageError:
-        return create_base(engine, "bookworm", record_path=record, workdir=ROOT / ".work/bases")
-
-
-def test_container_exec_copy_and_cleanup(engine, bookworm, tmp_path):
+def test_container_exec_copy_and_cleanup(engine, tmp_path):
+    res = _built("cu130-torch211")
     src = tmp_path / "payload"
     src.mkdir()
     (src / "hello.txt").write_text("hello from the host\n")
-    with Container(engine, bookworm.pinned_tag, network=False) as c:
+    with Container(engine, res.runtime_ref, network=False) as c:
         name = c.name
         c.copy_into(src, "/tmp")
         r = c.exec(["sh", "-c", "cat /tmp/payload/hello.txt; echo made >/tmp/out.txt; exit 3"])
@@ -49,18 +42,35 @@ def test_container_exec_copy_and_cleanup(engine, bookworm, tmp_path):
         sdk.close()
 
 
-def test_pinned_base_refuses_a_retagged_image(engine, bookworm, tmp_path):
-    record = tmp_path / "bases.json"
-    record.write_text((ROOT / ".work/bases.lock.json").read_text())
-    data = load_records(record)["bookworm"]
-    assert pinned_base(engine, "bookworm", record).image_id == data.image_id
-    import json
+def test_runtime_base_made_again_in_a_fresh_storage_is_the_same_image(tmp_path):
+    """A second builder (a fresh buildah storage) runs mmdebstrap at the locked versions: the same base id."""
+    res = _built("cu130-torch211")
+    plan = load_plan(ROOT, "cu130-torch211")
+    lock, _problems = baselock.parse(plan.locks.base)
+    bh = buildah.find_buildah(str(tmp_path / "storage"))
+    try:
+        img = base.make_base(
+            bh, plan.spec, lock, "runtime", namespace=build.namespace(), mirror=None, log_path=tmp_path / "base.log"
+        )
+        assert img.rootfs_sha256 is not None  # made here, not found
+        assert img.image_id == res.runtime_base_id
+    finally:
+        bh.run("rmi", "--all", "--force", check=False)
 
-    body = json.loads(record.read_text())
-    body["bases"]["bookworm"]["image_id"] = "sha256:" + "0" * 64
-    record.write_text(json.dumps(body))
-    with pytest.raises(BaseImageError, match="pins sha256:0000"):
-        pinned_base(engine, "bookworm", record)
+
+def test_a_locked_version_the_archive_no_longer_serves_is_a_clear_error(tmp_path):
+    plan = load_plan(ROOT, "cu130-torch211")
+    lock, _problems = baselock.parse(plan.locks.base)
+    gone = dict(lock.packages)
+    gone["runtime"] = tuple((n, "999:0.0-gone") if n == "bash" else (n, v) for n, v in lock.packages["runtime"])
+    stale = dataclasses.replace(lock, packages=gone)
+    bh = buildah.find_buildah(str(tmp_path / "storage"))
+    with pytest.raises(BaseImageError) as exc:
+        base.make_base(bh, plan.spec, stale, "runtime", namespace="flashkit-test", mirror=None, log_path=tmp_path / "l")
+    text = str(exc.value)
+    assert "no longer serves" in text and "bash=999:0.0-gone" in text
+    assert "flashkit base lock cu130-torch211" in text and exc.value.exit_code == 11
+    assert buildah.inspect(bh, base.base_tag("flashkit-test", plan.spec, stale, "runtime")) is None
 
 
 def _built(env_id: str) -> build.BuildResult:
@@ -93,8 +103,11 @@ def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tm
         f"RUN python3 -m pip install --no-deps --no-index --force-reinstall /tmp/{wheel.name}\n"
     )
     ref = "flashkit-test/abi-mismatch:latest"
-    client = engine.build_client
-    subprocess.run([*client.build_argv(), "-q", "-t", ref, str(ctx)], env=client.build_env(), check=True)
+    sdk = engine.sdk()
+    try:
+        sdk.images.build(path=str(ctx), tag=ref, rm=True, forcerm=True)  # the engine's own (classic) builder
+    finally:
+        sdk.close()
     try:
         mixed = build.BuildResult(
             **{

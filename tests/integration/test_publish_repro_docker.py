@@ -1,37 +1,60 @@
-"""Two no-cache BuildKit builds of one Dockerfile: the comparison finds the one non-reproducible step."""
+"""Two cold builds in two buildah storages: identical steps give identical layers, and the one
+step that records the clock is the one layer that differs, explained by diffoscope."""
 
 from __future__ import annotations
 
-import subprocess
-import uuid
+from pathlib import Path
 
 import pytest
 
-from flashkit.images.container import image_inspect, image_remove
-from flashkit.images.repro import compare_images, image_facts
+from flashkit.images import base, build, buildah
+from flashkit.images.repro import compare_images, explain_layer, image_facts, layer_dir
+from flashkit.plan import baselock
+from flashkit.plan.plan import load_plan
 
 pytestmark = pytest.mark.docker
-BASE = "flashkit/debian:bookworm"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_rebuild_reports_the_layer_that_differs(engine, tmp_path):
-    if image_inspect(engine, BASE) is None:
-        pytest.skip(f"no {BASE}; run `flashkit base create bookworm`")
-    (tmp_path / "fixed.txt").write_text("same bytes every time\n")
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {BASE}\nCOPY fixed.txt /fixed.txt\nRUN date +%s%N > /stamp\nLABEL purpose=flashkit-test\n"
+def _runtime_base(tmp_path: Path):
+    """The runtime base of cu130-torch211, made in the default storage by the main job (else skip)."""
+    plan = load_plan(ROOT, "cu130-torch211")
+    lock, _p = baselock.parse(plan.locks.base)
+    tag = base.base_tag(build.namespace(), plan.spec, lock, "runtime")
+    bh = buildah.find_buildah()
+    if buildah.inspect(bh, tag) is None:
+        pytest.skip(f"no {tag} in buildah's storage; run `flashkit build cu130-torch211`")
+    return bh, tag
+
+
+def test_second_storage_gives_identical_layers_but_the_clock_step(tmp_path):
+    bh0, tag = _runtime_base(tmp_path)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "fixed.txt").write_text("same bytes every time\n")
+    (ctx / "Containerfile").write_text(
+        f"FROM {tag}\nCOPY fixed.txt /fixed.txt\nRUN python3 -c 'print(1)' > /same\nRUN date +%s%N > /stamp\n"
     )
-    refs = [f"flashkit-repro-test:{uuid.uuid4().hex[:10]}" for _ in range(2)]
-    client = engine.build_client
+    storages = [buildah.find_buildah(str(tmp_path / f"s{i}")) for i in (1, 2)]
+    layout = f"oci:{tmp_path}/base-layout:b"
+    bh0.run("push", tag, layout, timeout=600)  # the base travels as an OCI layout, as to a second host
     try:
-        for ref in refs:
-            argv = [*client.build_argv(), "-q", "--no-cache", "-t", ref, str(tmp_path)]
-            res = subprocess.run(argv, env=client.build_env(), capture_output=True, text=True, timeout=300)
-            assert res.returncode == 0, res.stderr
-        c = compare_images(image_facts(engine, refs[0]), image_facts(engine, refs[1]))
+        for bh in storages:
+            pulled = bh.run("pull", "--quiet", layout, timeout=600).stdout.strip().splitlines()[-1]
+            bh.run("tag", pulled, tag)
+            bh.run("build", "--timestamp", "1795996800", "--format", "oci", "--layers", "-t", "flashkit-test/repro:1",
+                   "-f", str(ctx / "Containerfile"), str(ctx), timeout=600)  # fmt: skip
+        a, b = (image_facts(bh, "flashkit-test/repro:1") for bh in storages)
+        c = compare_images(a, b)
+        assert not c.identical
+        assert [d.index for d in c.differing] == [c.layers - 1]
+        assert c.differing[0].step == "RUN date +%s%N > /stamp"
+        assert f"{c.layers - 1} of {c.layers} layers identical" in c.report()
+        dirs = [
+            layer_dir(bh.graph_root, digest) for bh, digest in zip(storages, (a.layers[-1], b.layers[-1]), strict=True)
+        ]
+        files = explain_layer(dirs[0], dirs[1], tmp_path / "report.txt")
+        assert "stamp" in " ".join(files), (tmp_path / "report.txt").read_text()[:2000]
     finally:
-        image_remove(engine, refs, force=True)
-    assert not c.identical
-    assert [d.index for d in c.differing] == [c.layers - 1]
-    assert c.differing[0].step == "RUN date +%s%N > /stamp"
-    assert f"{c.layers - 1} of {c.layers} layers identical" in c.report()
+        for bh in storages:
+            bh.run("rmi", "--all", "--force", check=False)

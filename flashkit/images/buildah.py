@@ -1,0 +1,208 @@
+"""buildah: the builder that makes flashkit's images, reproducibly.
+
+Why buildah and not the engine's BuildKit: an image can be bit-identical across builders only if every
+file's mtime and every date in its config come from the inputs. ``buildah build --timestamp EPOCH``
+(buildah >= 1.20; Debian 12 ships 1.28) does exactly that: it sets the config's ``created`` and history
+dates and the mtime of every file it commits to EPOCH. BuildKit does it only from 0.13 on
+(``rewrite-timestamp``), and the BuildKit built into Debian 12's Docker 20.10 engine has neither that
+option nor an ``image`` exporter to pass it to (``exporter "image" could not be found``). With the OCI
+image format (``--format oci``: the Docker format adds a random hostname and container id to the config)
+and ``--layers``, two fresh storages give the same image id for the same Containerfile and context.
+
+One :class:`Buildah` names one storage: ``FLASHKIT_BUILDAH_ROOT=DIR`` keeps images in ``DIR/storage``,
+runtime state in ``DIR/run`` and temporary files and ``RUN --mount=type=cache`` folders in ``DIR/tmp``
+(buildah puts cache mounts under ``$TMPDIR``), so a second storage shares nothing with the first: a
+second, independent builder on the same host. Without it, buildah's own default storage is used.
+The engine (docker) only runs what was built: ``push_to_engine`` copies an image into it unchanged
+(the engine's image id is the same config digest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from flashkit.core.errors import BuildError, ToolError
+
+log = logging.getLogger(__name__)
+
+ROOT_ENV = "FLASHKIT_BUILDAH_ROOT"
+MIN_VERSION = Version("1.20")  # --timestamp
+_SIZE = re.compile(r"([0-9.]+)\s*([kMGT]?B)")
+_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+@dataclasses.dataclass(frozen=True)
+class Buildah:
+    path: str
+    version: str
+    driver: str
+    graph_root: str
+    root: str | None = None  # FLASHKIT_BUILDAH_ROOT, or None for buildah's default storage
+
+    def argv(self, *args: str) -> list[str]:
+        where = ["--root", f"{self.root}/storage", "--runroot", f"{self.root}/run"] if self.root else []
+        return [self.path, *where, *args]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.root:
+            env["TMPDIR"] = f"{self.root}/tmp"
+        return env
+
+    def describe(self) -> str:
+        return f"buildah {self.version} ({self.driver} storage at {self.graph_root})"
+
+    def identity(self) -> dict[str, str]:
+        """What makes this builder independent of another: the tool and its storage."""
+        return {"tool": f"buildah {self.version}", "storage": f"{self.driver}:{self.graph_root}"}
+
+    def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+        res = subprocess.run(self.argv(*args), capture_output=True, text=True, env=self.env(), timeout=timeout)
+        if check and res.returncode != 0:
+            raise BuildError(
+                f"`buildah {' '.join(args[:3])}` failed (exit {res.returncode})", detail=res.stderr[-2000:]
+            )
+        return res
+
+
+def find_buildah(root: str | None = None) -> Buildah:
+    """The buildah on PATH with the storage ``root`` (default ``$FLASHKIT_BUILDAH_ROOT``), checked."""
+    exe = shutil.which("buildah")
+    if not exe:
+        raise ToolError(
+            "buildah is not installed",
+            hint="apt-get install buildah (or `flashkit engine ensure --install`)",
+        )
+    root = root or os.environ.get(ROOT_ENV) or None
+    if root:
+        root = str(Path(root).resolve())
+        for sub in ("storage", "run", "tmp"):
+            Path(root, sub).mkdir(parents=True, exist_ok=True)
+    probe = Buildah(exe, "?", "?", "?", root)
+    res = probe.run("version", check=False, timeout=60)
+    m = re.search(r"Version:\s*([0-9][^\s]*)", res.stdout)
+    try:
+        version = Version(m.group(1)) if m else None
+    except InvalidVersion:
+        version = None
+    if version is None or version < MIN_VERSION:
+        raise ToolError(
+            f"buildah {m.group(1) if m else '(unknown version)'} is older than {MIN_VERSION}",
+            hint="install Debian 12's buildah (1.28) or newer: --timestamp is needed",
+        )
+    info = probe.run("info", timeout=60)
+    try:
+        store = json.loads(info.stdout)["store"]
+        driver, graph = store["GraphDriverName"], store["GraphRoot"]
+    except (ValueError, KeyError, TypeError):
+        raise ToolError("`buildah info` did not describe its storage", detail=info.stdout[:500]) from None
+    return Buildah(exe, str(version), driver, graph, root)
+
+
+def stream(bh: Buildah, args: list[str], log_path: Path, on_line: Callable[[str], None]) -> int:
+    """Run ``buildah ARGS``, keep every line in ``log_path`` and hand each to ``on_line`` (progress)."""
+    argv = bh.argv(*args)
+    with open(log_path, "a", encoding="utf-8") as logf:
+        logf.write(f"$ {' '.join(argv)}\n")
+        logf.flush()
+        proc = subprocess.Popen(
+            argv,
+            env=bh.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            logf.write(line)
+            logf.flush()  # the log is what people tail during a long compile
+            on_line(line)
+        return proc.wait()
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInfo:
+    image_id: str  # sha256 of the config: the same in every storage and in the engine
+    layers: tuple[str, ...]  # rootfs diff ids, base first
+    history: tuple[dict, ...]
+    size: int  # bytes, as buildah reports them (rounded to its display unit)
+
+
+def inspect(bh: Buildah, ref: str) -> ImageInfo | None:
+    """The image ``ref`` in this storage, or None when there is none."""
+    res = bh.run("inspect", "--type", "image", ref, check=False, timeout=120)
+    if res.returncode != 0:
+        return None
+    try:
+        data = json.loads(res.stdout)
+        config = json.loads(data["Config"])
+        image_id = "sha256:" + data["FromImageID"]
+        layers = tuple(config["rootfs"]["diff_ids"])
+        history = tuple(config.get("history") or ())
+    except (ValueError, KeyError, TypeError):
+        raise BuildError(f"`buildah inspect {ref}` answered something unreadable", detail=res.stdout[:500]) from None
+    return ImageInfo(image_id, layers, history, _size(bh, ref))
+
+
+def _size(bh: Buildah, ref: str) -> int:
+    res = bh.run("images", "--json", ref, check=False, timeout=120)
+    try:
+        text = json.loads(res.stdout)[0]["size"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return 0
+    m = _SIZE.fullmatch(str(text).strip())
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
+
+
+def push_to_engine(bh: Buildah, image_id: str, ref: str, engine) -> None:
+    """Copy ``image_id`` into the docker engine as ``ref``; its engine id must be the same digest."""
+    res = bh.run("push", image_id, f"docker-daemon:{ref}", check=False, timeout=1800)
+    if res.returncode != 0:
+        raise BuildError(f"copying {image_id} into the engine as {ref} failed", detail=res.stderr[-1500:])
+    sdk = engine.sdk()
+    try:
+        got = sdk.images.get(ref).id
+    finally:
+        sdk.close()
+    if got != image_id:
+        raise BuildError(f"the engine stored {ref} as {got}, buildah built {image_id}")
+
+
+def copy_out(bh: Buildah, ref: str, folder: str, dest: Path) -> list[Path]:
+    """Copy the regular files of ``folder`` in image ``ref`` into ``dest`` (created empty); their paths."""
+    cid = bh.run("from", "--pull=never", "--quiet", ref, timeout=300).stdout.strip()
+    try:
+        mnt = Path(bh.run("mount", cid, timeout=120).stdout.strip())
+        src = mnt / folder.lstrip("/")
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        out = []
+        for f in sorted(src.iterdir()) if src.is_dir() else []:
+            if f.is_file() and not f.is_symlink():
+                shutil.copyfile(f, dest / f.name)
+                out.append(dest / f.name)
+        return out
+    finally:
+        with contextlib.suppress(BuildError):
+            bh.run("umount", cid, timeout=120)
+        bh.run("rm", cid, check=False, timeout=120)
+
+
+def remove(bh: Buildah, refs: list[str]) -> None:
+    """Remove images by name or id (missing ones are not an error)."""
+    for ref in refs:
+        bh.run("rmi", "--force", ref, check=False, timeout=600)
