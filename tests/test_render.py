@@ -185,3 +185,40 @@ def test_nothing_in_a_build_records_install_time():
 def test_unpinned_base_is_said_in_the_dockerfile():
     assert "UNPINNED" in _render(REPO, "rocm64-torch27")
     assert "UNPINNED" not in _render(REPO, "cu128-torch28")
+
+
+def _run_instructions(text: str) -> list[str]:
+    """Each RUN instruction with its continuation lines joined, comments dropped."""
+    runs, current = [], None
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        if current is None and line.startswith("RUN "):
+            current = line
+        elif current is not None:
+            current += "\n" + line
+        if current is not None and not line.endswith("\\"):
+            runs.append(current)
+            current = None
+    return runs
+
+
+def _single_pipes(run: str) -> list[str]:
+    return [m.group(0) for m in re.finditer(r"[^|]\|[^|]", run.replace("||", "  "))]
+
+
+@pytest.mark.parametrize("env", IDS)
+def test_no_run_line_pipes_because_oci_builds_ignore_shell(env):
+    # buildah writes OCI images (the Docker format adds a random hostname to the config), and the OCI
+    # config has no Shell: the template's `SHELL [... pipefail ...]` is dropped and RUN uses /bin/sh, so a
+    # pipe would hide a failing command on the left. Measured with buildah 1.28: `RUN false | true` after
+    # that SHELL line succeeds with --format oci and fails with --format docker.
+    runs = _run_instructions(_render(REPO, env))
+    assert runs, "the parser found no RUN instruction"
+    assert {r.splitlines()[0]: _single_pipes(r) for r in runs if _single_pipes(r)} == {}
+
+
+def test_pipe_check_can_fail():
+    text = "FROM x\nRUN a \\\n    && b | c\nRUN d || e\n"
+    runs = _run_instructions(text)
+    assert len(runs) == 2 and _single_pipes(runs[0]) and not _single_pipes(runs[1])
