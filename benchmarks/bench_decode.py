@@ -188,6 +188,11 @@ def run_shape(shape, args, copy_bw):
         rows.append(measure(f"cuda_paged{page}", cuda_paged, ref, args.rep_ms, nbytes, copy_bw))
         del kp, vp, table
 
+    if args.cuda_only:
+        for row in rows:
+            row.update(batch=b, cache_len=s, heads_q=hq, heads_kv=hk, head_dim=d, MB=nbytes / 1e6)
+        return rows
+
     def triton_decode():
         return fk.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, softmax_scale=scale)
 
@@ -290,8 +295,9 @@ def markdown(result):
         "## CUDA kernel against the others (ratio > 1: the CUDA kernel is faster)",
         "",
         "| shape (b, keys, hq, hk, d) | cuda call us | share call | share graph | vs cuDNN (call) | "
-        "vs flash (call) | vs triton (call) | paged16/dense | paged64/dense | paged256/dense (call) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "vs flash (call) | vs triton (call) | paged16/dense | paged64/dense | paged256/dense (call) | "
+        "paged16/dense | paged64/dense | paged256/dense (graph) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in result["summary"]:
 
@@ -303,7 +309,8 @@ def markdown(result):
             f"| {e['shape']} | {e['cuda_call_us']:.1f} | {f('cuda_share_call')} | {f('cuda_share_graph')} | "
             f"{f('speedup_vs_sdpa_cudnn_call')} | {f('speedup_vs_sdpa_flash_call')} | "
             f"{f('speedup_vs_triton_call')} | {f('paged16_over_dense_call')} | "
-            f"{f('paged64_over_dense_call')} | {f('paged256_over_dense_call')} |"
+            f"{f('paged64_over_dense_call')} | {f('paged256_over_dense_call')} | "
+            f"{f('paged16_over_dense_graph')} | {f('paged64_over_dense_graph')} | {f('paged256_over_dense_graph')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -351,6 +358,11 @@ def main(argv=None):
     ap.add_argument("--out-dir", default="benchmarks/results/decode")
     ap.add_argument("--rep-ms", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="first two shapes only")
+    ap.add_argument(
+        "--shapes",
+        help="b,keys,hq,hk,d[;...] instead of the table's shapes (a GPU session's time is short: measure what changed)",
+    )
+    ap.add_argument("--cuda-only", action="store_true", help="the CUDA kernel alone (dense and paged), no others")
     args = ap.parse_args(argv)
     if not _cuda.is_built() or not hasattr(torch.ops.flash_kernels_cuda, "kvcache_fwd"):
         print(f"the CUDA KV-cache kernel is not built: {_cuda.import_error()}", file=sys.stderr)
@@ -358,7 +370,10 @@ def main(argv=None):
     copy_bw = copy_bandwidth(args.rep_ms)
     print(f"copy bandwidth {copy_bw / 1e12:.2f} TB/s", flush=True)
     rows = []
-    for shape in SHAPES[:2] if args.quick else SHAPES:
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in part.split(",")) for part in args.shapes.split(";") if part.strip()]
+    for shape in shapes:
         shape_rows = run_shape(shape, args, copy_bw)
         for r in shape_rows:
             if "error" in r:

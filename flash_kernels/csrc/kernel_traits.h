@@ -108,7 +108,15 @@ struct KvcacheTraits {
 
   static constexpr int kSmemQ = kBlockM * SmemTile<kHeadDim>::kStride;
   static constexpr int kSmemKV = kBlockN * SmemTile<kHeadDim>::kStride;
-  static constexpr int kSmemMainBytes = (kSmemQ + 2 * kStages * kSmemKV) * static_cast<int>(sizeof(Element));
+  // Paged caches, one-strip (decode) shape only: the resolved page addresses of the ring's key blocks,
+  // [kStages][kBlockN / 16] pairs of int64 (K, V element offsets), written a block ahead by a few threads so
+  // the other threads' copy loop reads one broadcast entry per 16-row group instead of a block-table entry
+  // plus two 64-bit products. The tall shapes keep per-thread lookups: there these bytes would cost a block
+  // per SM (hdim 64 tall fits exactly 4 per SM on the H200).
+  static constexpr bool kPageTable = kWarpsM == 1;
+  static constexpr int kSmemTableOffset = (kSmemQ + 2 * kStages * kSmemKV) * static_cast<int>(sizeof(Element));
+  static constexpr int kSmemTableBytes = kPageTable ? kStages * (kBlockN / 16) * 16 : 0;
+  static constexpr int kSmemMainBytes = kSmemTableOffset + kSmemTableBytes;
   // Epilogue, reusing the same memory once the ring is drained: each warp's O (float32; rows padded by 8 floats
   // so the float2 stores of a quad's 8 rows fall in distinct banks) and its per-row max and sum.
   static constexpr int kORowStride = kHeadDim + 8;

@@ -35,7 +35,15 @@ __device__ __forceinline__ float tanh_approx(float x) {
 // and 16 % kRowStep == 0, so its row i lies in 16-position group i / (16 / kRowStep) at a compile-time row
 // offset: the group's address (and, paged, its block-table slot) is found once per group, not per row.
 // A group never straddles a page: pages are multiples of 16 rows and key blocks start at multiples of 16.
-// Only blocks that cross [kbeg, kend) test rows one by one.
+// Only blocks that cross [kbeg, kend) test rows one by one (issue's two instantiations: the interior one
+// has no per-row test at all, since decode's copy loop is short enough that its instruction count shows).
+//
+// Paged groups are resolved in two steps: lookup (the block-table read, issued a key block or more ahead so
+// its latency hides) and entry (the group's K and V element offsets from the cache base, or -1 for an
+// unmapped page or a position past kend). Decode shapes (Traits::kPageTable) keep the entries of the ring's
+// key blocks in shared memory, computed by kGroups threads; the other threads only read them (at head dim
+// 64 a key block is 8 groups per thread, and 8 table reads + 16 64-bit products per block per thread cost
+// the paged copy loop more than twice the dense one's instructions).
 template <typename Traits>
 struct KvBlockLoader {
   using T = typename Traits::Element;
@@ -48,12 +56,15 @@ struct KvBlockLoader {
   static_assert(Traits::kNThreads % kChunksPerRow == 0, "each thread must keep one chunk column");
   static_assert(16 % kRowStep == 0, "a thread's rows must sit at fixed offsets inside 16-row groups");
   static_assert(!SmemTile<D>::kSwizzled || kRowStep % 8 == 0, "row step must keep the swizzle phase");
+  static_assert(kGroups <= Traits::kNThreads, "one table writer per group");
 
-  // Block-table entries of one key block's groups, read a block ahead of its copy (their latency then hides
-  // behind a block of math): page id and the group's first row in that page.
+  // A group's block-table entry: page id (-1: past kend) and the group's first row in that page.
+  struct PageRef {
+    int page, row;
+  };
+  // Per-thread lookups one key block ahead (shapes without the shared table).
   struct Pages {
-    int page[kGroups];
-    int row[kGroups];
+    PageRef ref[kGroups];
   };
 
   const T* k_base;  // + kv head + this thread's (row0, column); dense: + the sequence's cache row
@@ -68,45 +79,77 @@ struct KvBlockLoader {
   int smem_off;      // SmemTile offset of (row0, column)
   bool col_valid;
 
+  __device__ __forceinline__ PageRef lookup(int n, int g) const {
+    const int pos = n * BN + 16 * g;
+    PageRef r{-1, 0};
+    if (pos < kend) {  // kend <= the table's capacity, so the slot is inside the row
+      const int slot = page_shift >= 0 ? pos >> page_shift : pos / page_size;
+      r.page = __ldg(pages + slot);
+      r.row = pos - slot * page_size;
+    }
+    return r;
+  }
+
+  // (K offset, V offset) in elements; K offset -1: the group is not read (zero-filled).
+  __device__ __forceinline__ longlong2 entry(PageRef r) const {
+    if (static_cast<unsigned>(r.page) >= static_cast<unsigned>(num_pages)) return make_longlong2(-1, -1);
+    return make_longlong2(r.page * k_page_stride + r.row * k_row_stride, r.page * v_page_stride + r.row * v_row_stride);
+  }
+
   __device__ __forceinline__ void fetch(int n, Pages& pg) const {
     if (pages == nullptr) return;
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const int pos = n * BN + 16 * g;
-      pg.page[g] = -1;
-      if (pos < kend) {  // kend <= the table's capacity, so the slot is inside the row
-        const int slot = page_shift >= 0 ? pos >> page_shift : pos / page_size;
-        pg.page[g] = __ldg(pages + slot);
-        pg.row[g] = pos - slot * page_size;
+    for (int g = 0; g < kGroups; ++g) pg.ref[g] = lookup(n, g);
+  }
+
+  template <bool kChecked>
+  __device__ __forceinline__ void copy_group(T* sK, T* sV, int g, const T* kg, const T* vg, bool group_valid,
+                                             int pos_block) const {
+#pragma unroll
+    for (int j = 0; j < kRowsPerGroup; ++j) {
+      const int i = g * kRowsPerGroup + j;
+      bool valid = group_valid;
+      if constexpr (kChecked) {
+        const int pos = pos_block + row0 + i * kRowStep;
+        valid = valid && pos >= kbeg && pos < kend;
+      }
+      const int dst = smem_off + i * kRowStep * SmemTile<D>::kStride;
+      cp_async_16(sK + dst, valid ? kg + j * kRowStep * k_row_stride : k_mapped, valid);
+      cp_async_16(sV + dst, valid ? vg + j * kRowStep * v_row_stride : v_mapped, valid);
+    }
+  }
+
+  // entries(g): the group's longlong2 entry (paged only).
+  template <bool kChecked, typename Entries>
+  __device__ __forceinline__ void issue_impl(T* sK, T* sV, int n, Entries entries) const {
+    const int pos_block = n * BN;
+    if (pages != nullptr) {
+      // All entries first: the shared-memory reads then overlap instead of each copy waiting for its own.
+      longlong2 e[kGroups];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) e[g] = entries(g);
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        copy_group<kChecked>(sK, sV, g, k_base + e[g].x, v_base + e[g].y, col_valid && e[g].x >= 0, pos_block);
+      }
+    } else {
+      const T* kb = k_base + pos_block * k_row_stride;
+      const T* vb = v_base + pos_block * v_row_stride;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        copy_group<kChecked>(sK, sV, g, kb + 16 * g * k_row_stride, vb + 16 * g * v_row_stride, col_valid,
+                             pos_block);
       }
     }
   }
 
-  __device__ __forceinline__ void issue(T* sK, T* sV, int n, const Pages& pg) const {
+  template <typename Entries>
+  __device__ __forceinline__ void issue(T* sK, T* sV, int n, Entries entries) const {
     const int pos_block = n * BN;
-    const bool interior = pos_block >= kbeg && pos_block + BN <= kend;
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const T* kg;
-      const T* vg;
-      bool group_valid = col_valid;
-      if (pages != nullptr) {
-        group_valid = group_valid && static_cast<unsigned>(pg.page[g]) < static_cast<unsigned>(num_pages);
-        kg = k_base + pg.page[g] * k_page_stride + pg.row[g] * k_row_stride;
-        vg = v_base + pg.page[g] * v_page_stride + pg.row[g] * v_row_stride;
-      } else {
-        kg = k_base + (pos_block + 16 * g) * k_row_stride;
-        vg = v_base + (pos_block + 16 * g) * v_row_stride;
-      }
-#pragma unroll
-      for (int j = 0; j < kRowsPerGroup; ++j) {
-        const int i = g * kRowsPerGroup + j;
-        const int pos = pos_block + row0 + i * kRowStep;
-        const bool valid = group_valid && (interior || (pos >= kbeg && pos < kend));
-        const int dst = smem_off + i * kRowStep * SmemTile<D>::kStride;
-        cp_async_16(sK + dst, valid ? kg + j * kRowStep * k_row_stride : k_mapped, valid);
-        cp_async_16(sV + dst, valid ? vg + j * kRowStep * v_row_stride : v_mapped, valid);
-      }
+    if (pos_block >= kbeg && pos_block + BN <= kend) {
+      issue_impl<false>(sK, sV, n, entries);
+    } else {
+      issue_impl<true>(sK, sV, n, entries);
     }
   }
 };
@@ -183,7 +226,21 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_kvcache_kernel(const A
       paged ? p.block_table + b * p.block_table_stride : nullptr,
       p.page_size, p.page_shift, p.num_pages, kbeg, kend, l_row0,
       SmemTile<D>::offset(l_row0, l_col), l_col < p.head_dim};
-  typename Loader::Pages pages;
+  constexpr int GROUPS = Loader::kGroups;
+  // Shared page table (Traits::kPageTable): slot s holds the entries of the key block in ring stage s.
+  longlong2* table = reinterpret_cast<longlong2*>(smem_raw + Traits::kSmemTableOffset);
+  const bool table_writer = Traits::kPageTable && paged && tid < GROUPS;
+  typename Loader::PageRef next_ref{-1, 0};  // table writer: its group of key block it + STAGES
+  typename Loader::Pages pages{};            // no table: every group of the next key block to issue
+  auto entries_at = [&](int slot) {
+    return [&, slot](int gi) -> longlong2 {
+      if constexpr (Traits::kPageTable) {
+        return table[slot * GROUPS + gi];
+      } else {
+        return loader.entry(pages.ref[gi]);
+      }
+    };
+  };
 
   if (n_count > 0) {
     const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + hk * group * p.q_head_stride;
@@ -194,15 +251,34 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_kvcache_kernel(const A
           return row < rows_total ? q + (row / group) * p.q_row_stride + (row % group) * p.q_head_stride : nullptr;
         },
         q, p.head_dim, tid);
+    if constexpr (Traits::kPageTable) {
+      if (paged) {
+        // The block-table reads of the prologue's key blocks and the first loop iteration's, all in flight
+        // together: one table latency before the first copies instead of one per stage.
+        if (table_writer) {
+          typename Loader::PageRef refs[STAGES + 1];
+#pragma unroll
+          for (int s = 0; s <= STAGES; ++s) {
+            refs[s] = s < n_count ? loader.lookup(n_first + s, tid) : typename Loader::PageRef{-1, 0};
+          }
+#pragma unroll
+          for (int s = 0; s < STAGES; ++s) table[s * GROUPS + tid] = loader.entry(refs[s]);
+          next_ref = refs[STAGES];
+        }
+        __syncthreads();  // the entries of stages 0 .. STAGES - 1 are visible
+      }
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < n_count) {
-        loader.fetch(n_first + s, pages);
-        loader.issue(sK + s * Traits::kSmemKV, sV + s * Traits::kSmemKV, n_first + s, pages);
+        if constexpr (!Traits::kPageTable) loader.fetch(n_first + s, pages);
+        loader.issue(sK + s * Traits::kSmemKV, sV + s * Traits::kSmemKV, n_first + s, entries_at(s));
       }
       cp_async_commit();  // one group per stage even when empty, so wait<STAGES - 2> always means "tile landed"
     }
-    if (STAGES - 1 < n_count) loader.fetch(n_first + STAGES - 1, pages);
+    if constexpr (!Traits::kPageTable) {
+      if (STAGES - 1 < n_count) loader.fetch(n_first + STAGES - 1, pages);
+    }
   }
 
   float o_acc[DTILES][4];
@@ -232,10 +308,19 @@ __global__ void __launch_bounds__(Traits::kNThreads) attn_kvcache_kernel(const A
       const int ahead = it + STAGES - 1;
       if (ahead < n_count) {
         const int ring = (stage + STAGES - 1) % STAGES;
-        loader.issue(sK + ring * Traits::kSmemKV, sV + ring * Traits::kSmemKV, n_first + ahead, pages);
-        if (ahead + 1 < n_count) loader.fetch(n_first + ahead + 1, pages);
+        loader.issue(sK + ring * Traits::kSmemKV, sV + ring * Traits::kSmemKV, n_first + ahead, entries_at(ring));
+        if constexpr (!Traits::kPageTable) {
+          if (ahead + 1 < n_count) loader.fetch(n_first + ahead + 1, pages);
+        }
       }
       cp_async_commit();
+      // Table slot `stage` (key block it, issued STAGES - 1 iterations ago, read by every thread before this
+      // iteration's barrier) now takes key block it + STAGES, which the next iteration issues after its
+      // barrier. The block-table read for the one after is issued here, a whole iteration before its use.
+      if (table_writer && it + STAGES < n_count) {
+        table[stage * GROUPS + tid] = loader.entry(next_ref);
+        if (it + STAGES + 1 < n_count) next_ref = loader.lookup(n_first + it + STAGES + 1, tid);
+      }
     }
     const uint32_t stage_off = stage * kStageBytes;
     const int k0 = (n_first + it) * BN + wn * KPW;  // first cache position of this warp's keys

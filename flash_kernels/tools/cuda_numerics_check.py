@@ -284,6 +284,8 @@ KVCACHE_CASES = [
     (2, 9, 16, 4, 256, 16, 300, True, 0, -1, 0, 0.0, 0),       # paged 16 + leftpad, tall, causal
     (2, 1, 8, 2, 128, 64, 700, False, 0, 100, 0, 20.0, 3),     # paged + softcap + window + splits
     (1, 1, 32, 8, 128, 16, 8192, False, 0, -1, -1, 0.0, 0),    # long paged decode, many splits
+    (3, 1, 32, 4, 64, 16, 2100, True, 0, -1, -1, 0.0, 0),      # hdim 64 decode, 8 pages per key block, leftpad
+    (2, 1, 16, 2, 64, 48, 1500, False, 0, -1, -1, 0.0, 5),     # hdim 64, page not a power of two, splits
 ]
 
 

@@ -50,6 +50,7 @@ KVCACHE_CASES = [
     (torch.float16, 2, 3, 8, 1, 256, 48, 130, True, 40, 0, 0.0, 2),
     (torch.bfloat16, 2, 1, 4, 4, 80, 64, 200, False, -1, -1, 25.0, 0),
     (torch.float16, 2, 20, 4, 4, 64, 256, 300, False, -1, 0, 0.0, 1),
+    (torch.bfloat16, 2, 1, 32, 4, 64, 16, 700, True, -1, -1, 0.0, 0),  # decode page table over several blocks
 ]
 
 
