@@ -491,7 +491,7 @@ REPLIES = {
     "tags-not-json": ("tags", (200, {}, b"<html>proxy login</html>"), (18,), "skopeo failed"),
     "hang-up-mid-reply": ("tags", (0, {}, b""), (18,), "skopeo failed"),
     "server-error": ("tags", (500, {}, b"boom"), (18,), "skopeo failed"),
-    "asks-for-a-login": ("tags", (401, {"WWW-Authenticate": 'Basic realm="x"'}, b"{}"), (26,), "refused the login"),
+    "asks-for-a-login": ("tags", (401, {"WWW-Authenticate": 'Basic realm="x"'}, b"{}"), (32,), "refused the login"),
     "manifest-with-other-bytes": ("manifest", (200, MANIFEST_TYPE, b"{}"), (18, 19), "sha256"),
 }
 
@@ -500,7 +500,7 @@ REPLIES = {
 @pytest.mark.skipif(shutil.which("skopeo") is None, reason="apt-get install skopeo")
 @pytest.mark.parametrize("name", REPLIES, ids=list(REPLIES))
 def test_bad_registry_replies_are_clear_errors(name):
-    """What skopeo gets from a registry that misbehaves ends as exit 18/19/26 with a message, never a traceback."""
+    """What skopeo gets from a registry that misbehaves ends as exit 18/19/32 with a message, never a traceback."""
     call, reply, codes, needle = REPLIES[name]
     handler = type("H", (Misbehaving,), {"reply": reply})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -74,3 +74,36 @@ def _builder_into_engine(engine, res) -> None:
     info = buildah.inspect(bh, res.builder_ref)
     if info is not None and info.image_id == res.builder_id:
         buildah.push_to_engine(bh, info.image_id, res.builder_ref, engine)
+
+
+@pytest.fixture(scope="session")
+def debian_base(engine):
+    """A small flashkit/debian image in the engine (the bases are made in buildah's storage, not the engine).
+
+    The smallest runtime base the main job made is copied into the engine (same id); skips with the
+    command that makes one when buildah's storage has none.
+    """
+    import json
+
+    from flashkit.images import buildah
+
+    sdk = engine.sdk()
+    try:
+        found = next((i for i in sdk.images.list(name="flashkit/debian") if i.tags), None)
+    finally:
+        sdk.close()
+    if found is not None:
+        return found.tags[0]
+    bh = buildah.find_buildah()
+    listed = json.loads(bh.run("images", "--json", timeout=120).stdout or "[]")
+    bases = sorted(
+        name
+        for img in listed
+        for name in img.get("names") or ()
+        if name.startswith("localhost/flashkit/debian:") and "-runtime-" in name
+    )
+    if not bases:
+        pytest.skip("no flashkit/debian base in buildah's storage; run `flashkit base build cu130-torch211`")
+    ref = bases[0].removeprefix("localhost/")
+    buildah.push_to_engine(bh, buildah.inspect(bh, bases[0]).image_id, ref, engine)
+    return ref

@@ -13,12 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "flashkit-gc-test/"
 
 
-def test_gc_removes_stale_tags_and_dry_run_removes_nothing(engine):
+def test_gc_removes_stale_tags_and_dry_run_removes_nothing(engine, debian_base):
     sdk = engine.sdk()
     try:
-        base = next((i for i in sdk.images.list() if any(t.startswith("flashkit/debian:") for t in i.tags)), None)
-        if base is None:
-            pytest.skip("no flashkit/debian base image on this engine; run `flashkit base create bookworm`")
+        base = sdk.images.get(debian_base)
         stale = [f"{PREFIX}cu130-torch211:fk1-0123456789abcdef", f"{PREFIX}cu130-torch211:fk1-0123456789abcdef-check"]
         for t in stale:
             repo, _, tag = t.rpartition(":")

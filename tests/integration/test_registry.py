@@ -16,11 +16,9 @@ pytestmark = [
 ]
 
 
-def test_push_and_pull_back_by_digest(engine):
+def test_push_and_pull_back_by_digest(engine, debian_base):
     sdk = engine.sdk()
-    src = next((i for i in sdk.images.list(name="flashkit/debian") if i.tags), None)
-    if src is None:
-        pytest.skip("no flashkit/debian base to push; run `flashkit base create bookworm`")
+    src = sdk.images.get(debian_base)
     with LocalRegistry() as reg:
         ref = f"{reg.address}/flashkit-test/base"
         src.tag(ref, "t1")
