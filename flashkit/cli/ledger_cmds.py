@@ -13,6 +13,7 @@ from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
 from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheel_index, wheelhouse
+from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
 from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
 from flashkit.plan import production
@@ -233,6 +234,14 @@ def cmd_ledger_migrate(args) -> int:
     return 0
 
 
+def cmd_ledger_merge(args) -> int:
+    r = root(args)
+    for env, (added, offered) in ledger_merge.merge(r, [Path(f) for f in args.files]).items():
+        path = paths.rel(r, store.ledger_path(r, env))
+        print(f"{env}: {added} of {offered} facts added to {path} ({offered - added} already there)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "test", help="build an env (if its inputs changed), run its tiers, append the verdicts to its ledger"
@@ -281,7 +290,9 @@ def register(sub) -> None:
     )
     p.set_defaults(run=cmd_wheelhouse)
 
-    p = sub.add_parser("ledger", help="show an env's ledger, or migrate records of the first format")
+    p = sub.add_parser(
+        "ledger", help="show an env's ledger, merge ledger lines, or migrate records of the first format"
+    )
     lsub = p.add_subparsers(dest="ledger_action", required=True)
     s = lsub.add_parser("show", help="every build, verdict and publication of an env, and what applies to what")
     s.add_argument("env")
@@ -289,3 +300,10 @@ def register(sub) -> None:
     s = lsub.add_parser("migrate", help="convert verified/<env>.json (schema 1) into the append-only ledger")
     s.add_argument("envs", nargs="*", help="env ids (default: every env with a schema-1 record)")
     s.set_defaults(run=cmd_ledger_migrate)
+    s = lsub.add_parser(
+        "merge",
+        help="append ledger lines recorded elsewhere (CI jobs' uploads) to verified/<env>.jsonl: checked, "
+        "deduplicated by fact id, in order, never overwriting",
+    )
+    s.add_argument("files", nargs="+", metavar="FILE|DIR", help="files of ledger lines, or folders of *.jsonl files")
+    s.set_defaults(run=cmd_ledger_merge)

@@ -1,4 +1,5 @@
-"""Planner commands: validate, matrix, render, lock, requirements, hash, lint, bake, ci-matrix. None needs docker."""
+"""Planner commands: validate, matrix, render, lock, requirements, hash, lint, bake, ci-matrix, ci-workflow.
+None needs docker."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
 from flashkit.ledger import gate, store
-from flashkit.plan import bake, ci_matrix, matrix, production, resolve, rules
+from flashkit.plan import bake, ci_matrix, ci_workflow, matrix, production, resolve, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
 from flashkit.plan.specfile import load_all, load_env
@@ -287,13 +288,24 @@ def cmd_ci_matrix(args) -> int:
     r = root(args)
     named = bool(args.envs)
     chosen = plans(r, args, names="envs") if named else [plan_of(r, s) for s in load_all(r)]
-    doc, skipped = ci_matrix.select(chosen, named, runner=args.runner, gpu_runner=args.gpu_runner)
+    doc, skipped = ci_matrix.select(chosen, named, runner=args.runner, gpu_runner=args.gpu_runner, kind=args.kind)
     for line in skipped:
         say(f"left out: {line}")
     if not args.gpu_runner:
         say("no --gpu-runner: GPU tiers are not in this matrix (they stay not-run)")
     compact = {"sort_keys": True, "separators": (",", ":")} if args.compact else {"indent": 2, "sort_keys": True}
     _emit(args, json.dumps(doc, **compact) + "\n", f"{len(doc['include'])} jobs")
+    return 0
+
+
+def cmd_ci_workflow(args) -> int:
+    r = root(args)
+    for env in args.envs:  # a named env must exist; which are accepted is decided when the workflow runs
+        load_env(r, env)
+    text = ci_workflow.workflow(runner=args.runner, gpu_runner=args.gpu_runner, envs=tuple(args.envs))
+    if not args.gpu_runner:
+        say("no --gpu-runner: the workflow has no GPU job and says that the gpu tier is not run")
+    _emit(args, text, "a GitHub Actions workflow; put it in .github/workflows/")
     return 0
 
 
@@ -356,5 +368,16 @@ def register(sub) -> None:
     s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of build jobs")
     s.add_argument("--gpu-runner", help="runs-on label of a GPU runner; adds a gpu-tier job per CUDA env")
     s.add_argument("--compact", action="store_true", help="one line, for $GITHUB_OUTPUT")
+    s.add_argument("--kind", choices=("build", "gpu"), help="only the build rows or only the GPU rows")
     s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
     s.set_defaults(run=cmd_ci_matrix)
+
+    s = sub.add_parser(
+        "ci-workflow",
+        help="write a complete GitHub Actions workflow: plan, one build job per env, GPU jobs, publish, ledger merge",
+    )
+    s.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept when the workflow runs)")
+    s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of the plan, build and merge jobs")
+    s.add_argument("--gpu-runner", help="runs-on label of a self-hosted GPU runner (absent: no GPU job)")
+    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.set_defaults(run=cmd_ci_workflow)
