@@ -16,8 +16,7 @@ from flashkit.cli.common import mem, plans, root, say, specs
 from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
-from flashkit.ledger import gate, store
-from flashkit.plan import bake, ci_matrix, ci_workflow, matrix, production, resolve, rules
+from flashkit.plan import bake, ci_matrix, ci_workflow, production, resolve, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
 from flashkit.plan.specfile import load_all, load_env
@@ -69,89 +68,6 @@ def cmd_validate(args) -> int:
         raise type(worst)("validation failed: " + "; ".join(str(p).splitlines()[0] for p in problems))
     say(f"all {len(specs)} envs valid, accepted by every rule, lockfiles consistent")
     return 0
-
-
-def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
-    rows = []
-    for spec in load_all(r):
-        try:
-            plan: Plan | None = plan_of(r, spec)
-        except LockError:
-            plan = None
-        try:
-            prod = production.read(r, spec)
-            prod_problems = tuple(production.check(spec, prod))
-        except LockError as exc:
-            prod, prod_problems = production.Production({}), (str(exc).splitlines()[0],)
-        status = "not verified"
-        if plan is not None:
-            try:
-                status = gate.status(store.load(r, str(spec.id)), plan.input_hash)
-            except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
-                status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
-        rows.append(matrix.row(spec, plan, status, production.coverage(spec, prod), prod_problems))
-    return rows
-
-
-def cmd_matrix(args) -> int:
-    rows = _matrix_rows(root(args))
-    if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True))
-        return 4 if any(r.verdict == "rejected" for r in rows) else 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="flashkit matrix")
-    cols = (
-        "env",
-        "torch",
-        "accelerator",
-        "py",
-        "abi",
-        "compiler",
-        "base",
-        "verdict",
-        "lock",
-        "pythons",
-        "here",
-        "status",
-    )
-    for col in cols:
-        table.add_column(col, no_wrap=True)
-    for r in rows:
-        verdict = "[green]accepted[/]" if r.verdict == "accepted" else "[red]rejected[/]"
-        color = {"pinned": "green", "local": "cyan", "unpinned": "yellow"}[r.pin_state]
-        base = f"{r.base.split(':', 1)[0]} [{color}]{r.pin_state}[/]"
-        table.add_row(
-            r.env,
-            r.torch,
-            r.accelerator,
-            r.python,
-            r.abi,
-            r.compiler.split()[0],
-            base,
-            verdict,
-            r.lock,
-            r.pythons,
-            r.hosts,
-            r.status,
-        )
-    console = Console(width=max(190, shutil.get_terminal_size().columns))
-    console.print(table)
-    for r in rows:
-        console.print(f"[bold]{r.env}[/]: {r.base}; {r.hosts_why}", highlight=False)
-        for reason in r.reasons:
-            console.print(f"  [red]rejected[/] by {reason}", highlight=False)
-        req = r.requirements
-        if req["covered"]:
-            console.print(f"  requirements: {req['file']} covers Python {', '.join(req['covered'])}", highlight=False)
-        for py, why in req["not_covered"].items():
-            console.print(f"  [yellow]Python {py} not covered[/]: {why}", highlight=False)
-        if args.verbose:
-            for rule_id, ok, why in r.rules:
-                if ok:
-                    console.print(f"  [green]accepted[/] by {rule_id}: {why}", highlight=False)
-    return 4 if any(r.verdict == "rejected" for r in rows) else 0
 
 
 def _accepted_dockerfile(plan: Plan, host_mem: int) -> str:
@@ -320,11 +236,6 @@ def _env_args(p, *, many: bool = False) -> None:
 def register(sub) -> None:
     s = sub.add_parser("validate", help="check every spec, every rule and every lockfile (offline)")
     s.set_defaults(run=cmd_validate)
-
-    s = sub.add_parser("matrix", help="every env with its rule verdict, lock state, host support and verification")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("-v", "--verbose", action="store_true", help="also say why every rule accepts each env")
-    s.set_defaults(run=cmd_matrix)
 
     s = sub.add_parser("render", help="render an env's Dockerfile (stdout or -o)")
     _env_args(s)
