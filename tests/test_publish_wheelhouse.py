@@ -10,13 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from kitsupport import artifact, cached_build, input_hash, make_wheel, verdict
+from kitsupport import artifact, cached_build, fresh_venv, input_hash, make_wheel, pip, verdict
 
 from flashkit.ledger import store
 
@@ -49,17 +47,6 @@ def setup(kit_repo, cli, tmp_path):
         store.append(kit_repo, ENV, [verdict(art, t.replace("_", "-"), x) for t, x in v.items()])
 
     return {"repo": kit_repo, "cli": cli, "deps": deps, "wheel": wheel, "hash": h, "verdicts": verdicts}
-
-
-def fresh_venv(path: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
-    return path / "bin" / "python"
-
-
-def pip(py: Path, *args: str) -> subprocess.CompletedProcess:
-    # Isolated from this host's pip configuration (its constraint file and find-links).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-    return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env)
 
 
 def test_verified_set_installs_by_hash_on_a_fresh_venv(setup, tmp_path):

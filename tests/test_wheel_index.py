@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from kitsupport import artifact, cached_build, full_ledger, input_hash, make_wheel, snapshot
+from kitsupport import artifact, cached_build, fresh_venv, full_ledger, input_hash, make_wheel, pip, snapshot
 
 LOCAL = {
     "cu130-torch211": "0.1.0+cu130torch2.11cxx11abitrue",
@@ -74,13 +71,9 @@ def test_the_index_serves_each_wheel_by_its_local_version(cli, two_verified, tmp
     repo, wheels = two_verified
     out = tmp_path / "all"
     assert cli("--repo", str(repo), "wheelhouse", "--all", "--out", str(out)).code == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     want = f"flash-kernels=={LOCAL['cu124-torch27']}"
-    got = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--index-url", (out / "simple").as_uri(), want,
-         "-d", str(tmp_path / "dl")],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
+    py = fresh_venv(tmp_path / "venv")  # the test's own interpreter may have no pip (a uv venv)
+    got = pip(py, "download", "--no-deps", "--index-url", (out / "simple").as_uri(), want, "-d", str(tmp_path / "dl"))
     assert got.returncode == 0, got.stdout + got.stderr
     (downloaded,) = (tmp_path / "dl").iterdir()
     assert sha(downloaded) == sha(wheels["cu124-torch27"])
