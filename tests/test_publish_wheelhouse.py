@@ -7,45 +7,19 @@ test checks what a user's install does: hashes enforced, exactly the pinned set.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from kitsupport import artifact, input_hash, verdict
+from kitsupport import artifact, cached_build, fresh_venv, input_hash, make_wheel, pip, verdict
 
-from flashkit.core.atomic import utc_now, write_json_atomic
-from flashkit.images.build import BuildResult, result_path
 from flashkit.ledger import store
 
 ENV = "cu130-torch211"
 IMAGE = "sha256:" + "3" * 64
-
-
-def make_wheel(dest: Path, name: str, version: str, module: str) -> Path:
-    """A minimal, valid pure-Python wheel (PEP 427): module, METADATA, WHEEL and RECORD with hashes."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{module}/__init__.py": f"VERSION = {version!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: flashkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    lines = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        lines.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join([*lines, f"{dist}/RECORD,,"]) + "\n"
-    dest.mkdir(parents=True, exist_ok=True)
-    whl = dest / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(whl, "w") as z:
-        for path, text in files.items():
-            z.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), text)
-    return whl
 
 
 def sha(p: Path) -> str:
@@ -65,12 +39,7 @@ def setup(kit_repo, cli, tmp_path):
     )
     wheel = make_wheel(tmp_path / "exported", "flash_kernels", "0.1.0", "flash_kernels")
     h = input_hash(kit_repo, ENV)
-    res = BuildResult(
-        env=ENV, input_hash=h, runtime_ref=f"flashkit/{ENV}:x", runtime_id=IMAGE, builder_ref="b", builder_id=IMAGE,
-        runtime_size=1, builder_size=1, wheel_path=str(wheel), wheel_sha256=sha(wheel), lock_sha256="0" * 64,
-        base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=utc_now(),
-    )  # fmt: skip
-    write_json_atomic(result_path(kit_repo, ENV, h), res.to_json())
+    cached_build(kit_repo, ENV, h, wheel, IMAGE)
     art = artifact(ENV, h, image=IMAGE, wheel=sha(wheel))
     store.append(kit_repo, ENV, [art])
 
@@ -78,17 +47,6 @@ def setup(kit_repo, cli, tmp_path):
         store.append(kit_repo, ENV, [verdict(art, t.replace("_", "-"), x) for t, x in v.items()])
 
     return {"repo": kit_repo, "cli": cli, "deps": deps, "wheel": wheel, "hash": h, "verdicts": verdicts}
-
-
-def fresh_venv(path: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
-    return path / "bin" / "python"
-
-
-def pip(py: Path, *args: str) -> subprocess.CompletedProcess:
-    # Isolated from this host's pip configuration (its constraint file and find-links).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-    return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env)
 
 
 def test_verified_set_installs_by_hash_on_a_fresh_venv(setup, tmp_path):

@@ -8,17 +8,19 @@ from pathlib import Path
 from flashkit.cli.common import add_install_engine_option, plans, root, say
 from flashkit.cli.image_cmds import add_site_options, build_options
 from flashkit.core import paths
-from flashkit.core.errors import LockError, NotVerified, PublishRefused, RecordError, UsageError
+from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishRefused, RecordError, UsageError
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheelhouse
+from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheel_index, wheelhouse
+from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
 from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
 from flashkit.plan import production
 from flashkit.plan.envid import EnvId
 from flashkit.plan.lock import check_python
-from flashkit.plan.specfile import env_ids, load_env
+from flashkit.plan.plan import plan_of
+from flashkit.plan.specfile import env_ids, load_all, load_env
 
 
 def _tiers(text: str) -> tuple[Tier, ...]:
@@ -121,33 +123,66 @@ def cmd_publish(args) -> int:
     return 0
 
 
+def _checked_wheelhouse(r: Path, plan, policy, wheel: Path | None):
+    """The env's verified wheel and its requirement files, or the error that refuses them."""
+    if wheel is None:
+        res = load_result(r, plan.env_id, plan.input_hash)
+        if res is None:
+            decision = gate.latest_decision(store.load(r, plan.env_id), plan.input_hash, policy)
+            why = "" if decision else f" ({'; '.join(decision.reasons)[:300]})"
+            raise PublishRefused(
+                f"{plan.env_id}: no wheel of its current input hash {plan.input_hash} in this checkout{why}",
+                hint=f"run `flashkit build {plan.env_id}` or pass --wheel PATH",
+            )
+        wheel = Path(res.wheel_path)
+    vw = wheelhouse.check_wheel(r, plan.env_id, plan.input_hash, wheel, policy)
+    prod = production.read(r, plan.spec)
+    # The image's own set is the one its input hash covers (the plan's bytes); the others are production
+    # sets, shipped only when consistent with the spec.
+    sets = {**prod.sets, plan.spec.python: plan.locks.runtime}
+    stale = [p for py in sets if py != plan.spec.python for p in check_python(plan.spec, py, sets[py])]
+    if stale:
+        raise LockError(f"{plan.env_id}: " + "; ".join(stale), hint=f"run `flashkit lock {plan.env_id}`")
+    return vw, wheelhouse.requirement_files(vw, sets, prod.not_covered)
+
+
+def _wheelhouse_all(r: Path, out: Path, policy) -> int:
+    """Every env's verified wheel in one index; an env without one is listed as skipped, with the reason."""
+    wheel_index.check_out(out)  # before any work: the folder is replaced whole
+    checked, skipped = [], {}
+    for spec in load_all(r):
+        try:
+            checked.append(_checked_wheelhouse(r, plan_of(r, spec), policy, None))
+        except FlashkitError as exc:  # any one env's problem is its own line, not the whole index's failure
+            # The message without the advice: "refusing to publish ...; - build: not verified (...); ledger: ..."
+            lines = [ln.strip() for ln in exc.message.splitlines() if not ln.startswith("what to do")]
+            skipped[str(spec.id)] = "; ".join(lines)
+    wheel_index.write_all(out, checked, skipped)
+    for vw, _files in checked:
+        say(f"{vw.env}: {vw.path.name} (sha256 {vw.sha256[:16]}), requirements in {out}/{vw.env}/")
+    for env, why in skipped.items():
+        say(f"skipped {env}: {why}")
+    print(
+        f"{out}/simple: {len(checked)} verified wheel(s); {len(skipped)} env(s) skipped (see {out}/{wheel_index.MANIFEST})"
+    )
+    return 0
+
+
 def cmd_wheelhouse(args) -> int:
     r = root(args)
     policy = gate.parse_policy(args.policy)
+    out = args.out if args.out.is_absolute() else r / args.out
+    if args.all:
+        if args.envs or args.wheel:
+            raise UsageError("--all takes every env's own verified wheel; give no env ids and no --wheel with it")
+        return _wheelhouse_all(r, out, policy)
+    if not args.envs:
+        raise UsageError("name the env(s) to export, e.g. `flashkit wheelhouse cu130-torch211`, or pass --all")
     if args.wheel and len(args.envs) != 1:
         raise UsageError("--wheel names the wheel of one env; give exactly one env with it")
-    checked = []
     # Check every env before writing any: a refusal leaves the whole wheelhouse as it was.
-    for plan in plans(r, args, names="envs"):
-        wheel = Path(args.wheel) if args.wheel else None
-        if wheel is None:
-            res = load_result(r, plan.env_id, plan.input_hash)
-            if res is None:
-                raise PublishRefused(
-                    f"{plan.env_id}: no wheel of its current input hash {plan.input_hash} in this checkout",
-                    hint=f"run `flashkit build {plan.env_id}` or pass --wheel PATH",
-                )
-            wheel = Path(res.wheel_path)
-        vw = wheelhouse.check_wheel(r, plan.env_id, plan.input_hash, wheel, policy)
-        prod = production.read(r, plan.spec)
-        # The image's own set is the one its input hash covers (the plan's bytes); the others are production
-        # sets, shipped only when consistent with the spec.
-        sets = {**prod.sets, plan.spec.python: plan.locks.runtime}
-        stale = [p for py in sets if py != plan.spec.python for p in check_python(plan.spec, py, sets[py])]
-        if stale:
-            raise LockError(f"{plan.env_id}: " + "; ".join(stale), hint=f"run `flashkit lock {plan.env_id}`")
-        checked.append((vw, wheelhouse.requirement_files(vw, sets, prod.not_covered)))
-    out = args.out if args.out.is_absolute() else r / args.out
+    wheel = Path(args.wheel) if args.wheel else None
+    checked = [_checked_wheelhouse(r, plan, policy, wheel) for plan in plans(r, args, names="envs")]
     for vw, files in checked:
         dest = wheelhouse.write_env_wheelhouse(out, vw, files)
         pythons = sorted((f[2:-4] for f in files if f.startswith("py")), key=production.vkey)
@@ -199,6 +234,14 @@ def cmd_ledger_migrate(args) -> int:
     return 0
 
 
+def cmd_ledger_merge(args) -> int:
+    r = root(args)
+    for env, (added, offered) in ledger_merge.merge(r, [Path(f) for f in args.files]).items():
+        path = paths.rel(r, store.ledger_path(r, env))
+        print(f"{env}: {added} of {offered} facts added to {path} ({offered - added} already there)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "test", help="build an env (if its inputs changed), run its tiers, append the verdicts to its ledger"
@@ -231,7 +274,13 @@ def register(sub) -> None:
     p.set_defaults(run=cmd_publish)
 
     p = sub.add_parser("wheelhouse", help="export verified wheels into an index with hash-pinned requirements")
-    p.add_argument("envs", nargs="+", help="env ids")
+    p.add_argument("envs", nargs="*", help="env ids (or --all)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="one PEP 503 index over every env's verified wheel, plus each env's requirements; "
+        "envs without one are listed as skipped",
+    )
     p.add_argument(
         "--out", type=Path, default=wheelhouse.DEFAULT_OUT, help=f"output folder (default {wheelhouse.DEFAULT_OUT})"
     )
@@ -241,7 +290,9 @@ def register(sub) -> None:
     )
     p.set_defaults(run=cmd_wheelhouse)
 
-    p = sub.add_parser("ledger", help="show an env's ledger, or migrate records of the first format")
+    p = sub.add_parser(
+        "ledger", help="show an env's ledger, merge ledger lines, or migrate records of the first format"
+    )
     lsub = p.add_subparsers(dest="ledger_action", required=True)
     s = lsub.add_parser("show", help="every build, verdict and publication of an env, and what applies to what")
     s.add_argument("env")
@@ -249,3 +300,10 @@ def register(sub) -> None:
     s = lsub.add_parser("migrate", help="convert verified/<env>.json (schema 1) into the append-only ledger")
     s.add_argument("envs", nargs="*", help="env ids (default: every env with a schema-1 record)")
     s.set_defaults(run=cmd_ledger_migrate)
+    s = lsub.add_parser(
+        "merge",
+        help="append ledger lines recorded elsewhere (CI jobs' uploads) to verified/<env>.jsonl: checked, "
+        "deduplicated by fact id, in order, never overwriting",
+    )
+    s.add_argument("files", nargs="+", metavar="FILE|DIR", help="files of ledger lines, or folders of *.jsonl files")
+    s.set_defaults(run=cmd_ledger_merge)

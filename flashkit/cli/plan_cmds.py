@@ -1,4 +1,5 @@
-"""Planner commands: validate, matrix, render, lock, requirements, hash, lint, bake, ci-matrix. None needs docker."""
+"""Planner commands: validate, matrix, render, lock, requirements, hash, lint, bake, ci-matrix, ci-workflow.
+None needs docker."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from flashkit.cli.common import mem, plans, root, say, specs
 from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
-from flashkit.ledger import gate, store
-from flashkit.plan import bake, ci_matrix, matrix, production, resolve, rules
+from flashkit.plan import bake, ci_matrix, ci_workflow, production, resolve, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
 from flashkit.plan.specfile import load_all, load_env
@@ -68,89 +68,6 @@ def cmd_validate(args) -> int:
         raise type(worst)("validation failed: " + "; ".join(str(p).splitlines()[0] for p in problems))
     say(f"all {len(specs)} envs valid, accepted by every rule, lockfiles consistent")
     return 0
-
-
-def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
-    rows = []
-    for spec in load_all(r):
-        try:
-            plan: Plan | None = plan_of(r, spec)
-        except LockError:
-            plan = None
-        try:
-            prod = production.read(r, spec)
-            prod_problems = tuple(production.check(spec, prod))
-        except LockError as exc:
-            prod, prod_problems = production.Production({}), (str(exc).splitlines()[0],)
-        status = "not verified"
-        if plan is not None:
-            try:
-                status = gate.status(store.load(r, str(spec.id)), plan.input_hash)
-            except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
-                status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
-        rows.append(matrix.row(spec, plan, status, production.coverage(spec, prod), prod_problems))
-    return rows
-
-
-def cmd_matrix(args) -> int:
-    rows = _matrix_rows(root(args))
-    if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True))
-        return 4 if any(r.verdict == "rejected" for r in rows) else 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="flashkit matrix")
-    cols = (
-        "env",
-        "torch",
-        "accelerator",
-        "py",
-        "abi",
-        "compiler",
-        "base",
-        "verdict",
-        "lock",
-        "pythons",
-        "here",
-        "status",
-    )
-    for col in cols:
-        table.add_column(col, no_wrap=True)
-    for r in rows:
-        verdict = "[green]accepted[/]" if r.verdict == "accepted" else "[red]rejected[/]"
-        color = {"pinned": "green", "local": "cyan", "unpinned": "yellow"}[r.pin_state]
-        base = f"{r.base.split(':', 1)[0]} [{color}]{r.pin_state}[/]"
-        table.add_row(
-            r.env,
-            r.torch,
-            r.accelerator,
-            r.python,
-            r.abi,
-            r.compiler.split()[0],
-            base,
-            verdict,
-            r.lock,
-            r.pythons,
-            r.hosts,
-            r.status,
-        )
-    console = Console(width=max(190, shutil.get_terminal_size().columns))
-    console.print(table)
-    for r in rows:
-        console.print(f"[bold]{r.env}[/]: {r.base}; {r.hosts_why}", highlight=False)
-        for reason in r.reasons:
-            console.print(f"  [red]rejected[/] by {reason}", highlight=False)
-        req = r.requirements
-        if req["covered"]:
-            console.print(f"  requirements: {req['file']} covers Python {', '.join(req['covered'])}", highlight=False)
-        for py, why in req["not_covered"].items():
-            console.print(f"  [yellow]Python {py} not covered[/]: {why}", highlight=False)
-        if args.verbose:
-            for rule_id, ok, why in r.rules:
-                if ok:
-                    console.print(f"  [green]accepted[/] by {rule_id}: {why}", highlight=False)
-    return 4 if any(r.verdict == "rejected" for r in rows) else 0
 
 
 def _accepted_dockerfile(plan: Plan, host_mem: int) -> str:
@@ -287,13 +204,24 @@ def cmd_ci_matrix(args) -> int:
     r = root(args)
     named = bool(args.envs)
     chosen = plans(r, args, names="envs") if named else [plan_of(r, s) for s in load_all(r)]
-    doc, skipped = ci_matrix.select(chosen, named, runner=args.runner, gpu_runner=args.gpu_runner)
+    doc, skipped = ci_matrix.select(chosen, named, runner=args.runner, gpu_runner=args.gpu_runner, kind=args.kind)
     for line in skipped:
         say(f"left out: {line}")
     if not args.gpu_runner:
         say("no --gpu-runner: GPU tiers are not in this matrix (they stay not-run)")
     compact = {"sort_keys": True, "separators": (",", ":")} if args.compact else {"indent": 2, "sort_keys": True}
     _emit(args, json.dumps(doc, **compact) + "\n", f"{len(doc['include'])} jobs")
+    return 0
+
+
+def cmd_ci_workflow(args) -> int:
+    r = root(args)
+    for env in args.envs:  # a named env must exist; which are accepted is decided when the workflow runs
+        load_env(r, env)
+    text = ci_workflow.workflow(runner=args.runner, gpu_runner=args.gpu_runner, envs=tuple(args.envs))
+    if not args.gpu_runner:
+        say("no --gpu-runner: the workflow has no GPU job and says that the gpu tier is not run")
+    _emit(args, text, "a GitHub Actions workflow; put it in .github/workflows/")
     return 0
 
 
@@ -308,11 +236,6 @@ def _env_args(p, *, many: bool = False) -> None:
 def register(sub) -> None:
     s = sub.add_parser("validate", help="check every spec, every rule and every lockfile (offline)")
     s.set_defaults(run=cmd_validate)
-
-    s = sub.add_parser("matrix", help="every env with its rule verdict, lock state, host support and verification")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("-v", "--verbose", action="store_true", help="also say why every rule accepts each env")
-    s.set_defaults(run=cmd_matrix)
 
     s = sub.add_parser("render", help="render an env's Dockerfile (stdout or -o)")
     _env_args(s)
@@ -356,5 +279,16 @@ def register(sub) -> None:
     s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of build jobs")
     s.add_argument("--gpu-runner", help="runs-on label of a GPU runner; adds a gpu-tier job per CUDA env")
     s.add_argument("--compact", action="store_true", help="one line, for $GITHUB_OUTPUT")
+    s.add_argument("--kind", choices=("build", "gpu"), help="only the build rows or only the GPU rows")
     s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
     s.set_defaults(run=cmd_ci_matrix)
+
+    s = sub.add_parser(
+        "ci-workflow",
+        help="write a complete GitHub Actions workflow: plan, one build job per env, GPU jobs, publish, ledger merge",
+    )
+    s.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept when the workflow runs)")
+    s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of the plan, build and merge jobs")
+    s.add_argument("--gpu-runner", help="runs-on label of a self-hosted GPU runner (absent: no GPU job)")
+    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.set_defaults(run=cmd_ci_workflow)

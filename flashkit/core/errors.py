@@ -203,6 +203,12 @@ class RegistryAuthFailed(FlashkitError):
     exit_code = 32
 
 
+class NoVerifiedFit(FlashkitError):
+    """resolve: no verified build fits the asked torch, CUDA/ROCm, Python and ABI; the message says why."""
+
+    exit_code = 33
+
+
 def _table() -> tuple[tuple[str, str], ...]:
     classes = [c for c in globals().values() if isinstance(c, type) and issubclass(c, FlashkitError)]
     first = {

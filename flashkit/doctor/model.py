@@ -37,7 +37,10 @@ class Verification:
     """What an env's ledger says at its current input hash, as doctor shows it."""
 
     status: str  # one line: each tier's verdict, or why there is none
-    verified: bool  # the latest build passes the default publish policy
+    verified: bool  # the latest build passes the publish policy asked for (default: full)
+    published: tuple[str, ...] = ()  # REPOSITORY@DIGEST and REPOSITORY:TAG of publications at the input hash
+    input_hash: str | None = None
+    why_not: tuple[str, ...] = ()  # the gate's reasons when not verified
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,20 @@ class Candidate:
     matches: tuple[str, ...]
     differences: tuple[str, ...]  # for people
     mismatched: tuple[str, ...] = ()  # the spec fields that differ: "torch", "python", "gpu_targets", ...
+    blocking: tuple[str, ...] = ()  # the differences that rule the env's build out (not a patch, a CUDA minor)
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """What an env is matched against: an inspected environment (doctor) or a user's words (resolve)."""
+
+    accelerator: str | None = None  # "cuda" | "rocm"
+    torch: str | None = None  # "2.9.1", "2.7.1+cu126"
+    accel_version: str | None = None  # torch's CUDA or HIP version, "12.8"
+    cxx11_abi: bool | None = None
+    python: str | None = None  # "3.12"
+    driver: str | None = None  # without a torch: the GPU driver decides what CUDA runs
+    capabilities: tuple[str, ...] = ()  # GPU compute capabilities "9.0"
 
 
 @dataclasses.dataclass(frozen=True)

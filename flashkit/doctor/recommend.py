@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashkit.binary import fatbin
 from flashkit.doctor import probe
-from flashkit.doctor.model import MIN_DRIVER_FOR_CUDA, Candidate, Recommendation, Verification, vkey
+from flashkit.doctor.model import MIN_DRIVER_FOR_CUDA, Candidate, Query, Recommendation, Verification, vkey
 
 if TYPE_CHECKING:  # the plan layer needs packaging; doctor itself must run where only the stdlib is
     from flashkit.plan.production import Coverage
@@ -28,44 +28,65 @@ def gpu_capabilities(facts: probe.Facts, stated: Sequence[str]) -> tuple[str, ..
     return tuple(dict.fromkeys(caps))
 
 
+def query_of(facts: probe.Facts, caps: Sequence[str]) -> Query:
+    """What an inspected environment asks of an env: its torch, accelerator, ABI, Python, driver and GPUs."""
+    torch = facts.torch if facts.torch is not None and facts.torch.imported else None
+    want_kind = "rocm" if torch and torch.hip else "cuda" if (torch and torch.cuda) or facts.gpus else None
+    return Query(
+        accelerator=want_kind,
+        torch=torch.version if torch else None,
+        accel_version=(torch.hip or torch.cuda) if torch else None,
+        cxx11_abi=torch.cxx11_abi if torch else None,
+        python="{}.{}".format(*facts.interpreter.python) if facts.interpreter is not None else None,
+        driver=facts.gpus[0].driver if facts.gpus else None,
+        capabilities=tuple(caps),
+    )
+
+
 def score_env(
     spec, facts: probe.Facts, caps: Sequence[str], lock_cuda: str | None = None, cov: Coverage | None = None
 ) -> Candidate:
-    """How well one EnvSpec fits the probed environment (higher is closer).
+    """How well one EnvSpec fits the probed environment (higher is closer); see :func:`score`."""
+    return score(spec, query_of(facts, caps), lock_cuda, cov)
+
+
+def score(spec, q: Query, lock_cuda: str | None = None, cov: Coverage | None = None) -> Candidate:
+    """How well one EnvSpec fits what ``q`` asks for (higher is closer): doctor's inspected environment and
+    `flashkit resolve`'s command line are matched here, by the same rules.
 
     ``lock_cuda`` is the CUDA runtime the env's lockfile pins for torch ("12.6"):
     the spec's accelerator version is its toolkit's, and torch's wheel may use a
     newer minor of the same major (torch 2.7.1 from PyPI is cu126 beside nvcc 12.4).
     ``cov``: the Pythons the env's production requirements cover; one that does not
     cover this Python cannot be installed here from its requirements.
+    A difference in ``Candidate.blocking`` means the env's build cannot serve ``q`` at all.
     """
     s = _Score()
-    torch = facts.torch if facts.torch is not None and facts.torch.imported else None
-    want_kind = "rocm" if torch and torch.hip else "cuda" if (torch and torch.cuda) or facts.gpus else None
     kind = spec.accelerator.kind
-    if want_kind:
-        if kind == want_kind:
+    if q.accelerator:
+        if kind == q.accelerator:
             s.add(30, f"accelerator {kind}")
         else:
-            s.differs(-100, "accelerator", f"accelerator {kind} (this machine: {want_kind})")
-    if torch and torch.version:
-        _score_torch_version(s, spec, torch.version)
-        accel_here = torch.hip if kind == "rocm" else torch.cuda
-        if accel_here and kind == (want_kind or kind):
-            _score_accelerator_version(s, spec, accel_here, lock_cuda)
-        if torch.cxx11_abi is not None:
-            _score_cxx11_abi(s, spec, torch.cxx11_abi)
-    elif kind == "cuda" and facts.gpus and facts.gpus[0].driver:
-        _score_driver(s, spec, facts.gpus[0].driver)
-    if facts.interpreter is not None:
-        _score_python(s, spec, "{}.{}".format(*facts.interpreter.python), cov)
+            s.differs(-100, "accelerator", f"accelerator {kind} (here {q.accelerator})")
+    if q.torch:
+        _score_torch_version(s, spec, q.torch)
+        if q.accel_version and kind == (q.accelerator or kind):
+            _score_accelerator_version(s, spec, q.accel_version, lock_cuda)
+        if q.cxx11_abi is not None:
+            _score_cxx11_abi(s, spec, q.cxx11_abi)
+    elif kind == "cuda" and q.driver:
+        _score_driver(s, spec, q.driver)
+    if q.python is not None:
+        _score_python(s, spec, q.python, cov)
     if kind == "cuda":
-        for cap in caps:
+        for cap in q.capabilities:
             if fatbin.targets_cover(spec.gpu_targets, cap):
                 s.add(10, f"gpu_targets cover {cap}")
             else:
                 s.differs(-30, "gpu_targets", f"gpu_targets {list(spec.gpu_targets)} do not cover this GPU ({cap})")
-    return Candidate(str(spec.id), s.score, tuple(s.matches), tuple(s.diffs), tuple(dict.fromkeys(s.fields)))
+    return Candidate(
+        str(spec.id), s.score, tuple(s.matches), tuple(s.diffs), tuple(dict.fromkeys(s.fields)), tuple(s.blocking)
+    )
 
 
 @dataclasses.dataclass
@@ -76,23 +97,32 @@ class _Score:
     matches: list[str] = dataclasses.field(default_factory=list)
     diffs: list[str] = dataclasses.field(default_factory=list)
     fields: list[str] = dataclasses.field(default_factory=list)
+    blocking: list[str] = dataclasses.field(default_factory=list)
 
     def add(self, points: int, match: str | None = None) -> None:
         self.score += points
         if match is not None:
             self.matches.append(match)
 
-    def differs(self, points: int, field: str, text: str) -> None:
+    def differs(self, points: int, field: str, text: str, *, blocks: bool = True) -> None:
+        """A difference; ``blocks``: the env's build cannot serve what was asked (not a mere patch or minor)."""
         self.score += points
         self.diffs.append(text)
         self.fields.append(field)
+        if blocks:
+            self.blocking.append(text)
 
 
 def _score_python(s: _Score, spec, py: str, cov: Coverage | None) -> None:
     if spec.python == py:
         s.add(10, f"python {py}")
     else:
-        s.differs(0, "python", f"python {spec.python} in the env (here {py}; an abi3 wheel of the env still loads)")
+        s.differs(
+            0,
+            "python",
+            f"python {spec.python} in the env (here {py}; an abi3 wheel of the env still loads)",
+            blocks=False,
+        )
     if cov is not None and cov.covered:
         if py in cov.covered:
             s.add(5, f"requirements for python {py}")
@@ -107,7 +137,7 @@ def _score_torch_version(s: _Score, spec, version: str) -> None:
     if here and env_t[:2] == [here.group(1), here.group(2)]:
         s.add(40, f"torch {spec.torch}")
         if here.group(3) is not None and len(env_t) > 2 and env_t[2] != here.group(3):
-            s.differs(-2, "torch", f"torch patch {spec.torch} (here {version})")
+            s.differs(-2, "torch", f"torch patch {spec.torch} (here {version})", blocks=False)
     elif here:
         gap = abs((int(env_t[0]) * 100 + int(env_t[1])) - (int(here.group(1)) * 100 + int(here.group(2))))
         s.differs(-(10 + gap), "torch", f"torch {spec.torch} (here {version})")
@@ -125,8 +155,8 @@ def _score_accelerator_version(s: _Score, spec, accel_here: str, lock_cuda: str 
         s.add(5, f"{spec.accelerator}")
     elif lock_cuda and ah[:2] == lock_cuda.split(".")[:2]:
         s.add(5, f"{spec.accelerator} toolkit, torch's CUDA {lock_cuda} runtime (lockfile)")
-    else:
-        s.differs(0, "accelerator", f"{spec.accelerator} (torch here uses {accel_here})")
+    else:  # the same major: minor-version compatibility, so the build still serves it
+        s.differs(0, "accelerator", f"{spec.accelerator} (torch here uses {accel_here})", blocks=False)
 
 
 def _score_cxx11_abi(s: _Score, spec, cxx11_abi: bool) -> None:

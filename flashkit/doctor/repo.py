@@ -34,13 +34,22 @@ def lock_cuda_runtime(lock_text: str) -> str | None:
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
-def _verification(root: Path, plan) -> Verification:
+def _verification(root: Path, plan, policy: str | None) -> Verification:
     try:
         from flashkit.ledger import gate, store
 
         ledger = store.load(root, plan.env_id)
-        decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(None))
-        return Verification(gate.status(ledger, plan.input_hash), bool(decision))
+        decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(policy))
+        published = []
+        for pub in ledger.publications(plan.input_hash):
+            published += [f"{pub.target}@{pub.digest}", *(f"{pub.target}:{t}" for t in pub.tags)]
+        return Verification(
+            gate.status(ledger, plan.input_hash),
+            bool(decision),
+            tuple(dict.fromkeys(published)),
+            plan.input_hash,
+            decision.reasons,
+        )
     except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
         return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)
     except Exception as exc:  # a broken ledger must not stop the diagnosis
@@ -51,7 +60,8 @@ def _problem(what: str, fix: str) -> RepoFacts:
     return RepoFacts(None, {}, {}, {}, RepoProblem(what, fix))
 
 
-def load(repo: Path | None) -> RepoFacts:
+def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
+    """The checkout's envs; each verified or not under ``policy`` (a publish policy; default ``full``)."""
     try:
         from flashkit.core import paths
         from flashkit.core.errors import FlashkitError
@@ -87,7 +97,7 @@ def load(repo: Path | None) -> RepoFacts:
             verification[env] = Verification(f"not verified ({str(exc).splitlines()[0]})", False)
             lockfiles[env], lock_cuda[env] = None, None
             continue
-        verification[env] = _verification(root, plan)
+        verification[env] = _verification(root, plan, policy)
         lock_cuda[env] = lock_cuda_runtime(plan.locks.runtime)
         try:
             cov = production.coverage(s, production.read(root, s))

@@ -155,6 +155,33 @@ def gate(ledger: Ledger, input_hash: str, image_id: str, policy: Policy) -> Gate
     return GateDecision(not reasons, tuple(reasons), passed)
 
 
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What `flashkit matrix` shows of an env's ledger at its current input hash."""
+
+    status: str  # one line, as :func:`status`
+    tiers: dict[str, str]  # tier -> the latest build's verdict ("passed", "failed", ...; "passed(applies)")
+    wheel: str | None  # the latest build's wheel file name
+    published: tuple[str, ...]  # the tags of the publications at this input hash
+
+
+def _tier_verdicts(ledger: Ledger, art: Artifact) -> dict[str, str]:
+    out = {}
+    for tier, j in judgements(ledger, art).items():
+        if j.verdict is not None:
+            out[tier.value] = f"{j.verdict.verdict}" + ("(applies)" if j.how.startswith("applies") else "")
+    return out
+
+
+def summary(ledger: Ledger, input_hash: str) -> Summary:
+    arts = ledger.artifacts(input_hash)
+    tags = tuple(dict.fromkeys(t for pub in ledger.publications(input_hash) for t in pub.tags))
+    if not arts:
+        return Summary(status(ledger, input_hash), {}, None, tags)
+    art = max(arts, key=lambda a: a.date)
+    return Summary(status(ledger, input_hash), _tier_verdicts(ledger, art), art.wheel, tags)
+
+
 def status(ledger: Ledger, input_hash: str) -> str:
     """One line for `flashkit matrix` and doctor: each tier's state for the latest build at ``input_hash``."""
     arts = ledger.artifacts(input_hash)
@@ -163,12 +190,8 @@ def status(ledger: Ledger, input_hash: str) -> str:
             older = ledger.input_hashes()[-1]
             return f"not verified at this input hash (the ledger's latest is {older[:20]})"
         return "not verified"
-    art = max(arts, key=lambda a: a.date)
-    parts = []
-    for tier, j in judgements(ledger, art).items():
-        if j.verdict is not None:
-            parts.append(f"{tier}:{j.verdict.verdict}" + ("(applies)" if j.how.startswith("applies") else ""))
-    return " ".join(parts) or "not verified (no tier ran)"
+    verdicts = _tier_verdicts(ledger, max(arts, key=lambda a: a.date))
+    return " ".join(f"{tier}:{v}" for tier, v in verdicts.items()) or "not verified (no tier ran)"
 
 
 def latest_decision(ledger: Ledger, input_hash: str, policy: Policy) -> GateDecision:

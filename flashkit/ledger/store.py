@@ -108,7 +108,8 @@ class Ledger:
         return list(dict.fromkeys(f.input_hash for f in self.facts))
 
 
-def parse_lines(text: str, *, env: str, shown: str) -> Ledger:
+def parse_lines(text: str, *, env: str | None, shown: str) -> Ledger:
+    """Every fact of ``text``, each line checked; ``env`` None: facts of any env (lines to merge)."""
     facts: list[Fact] = []
     seen: set[str] = set()
     for number, line in enumerate(text.split("\n"), start=1):
@@ -127,12 +128,12 @@ def parse_lines(text: str, *, env: str, shown: str) -> Ledger:
             fact = check_body(body)
         except ValueError as exc:
             raise RecordError(f"{where}: {exc}", hint="restore the file from git; the ledger is append-only") from None
-        if fact.env != env:
+        if env is not None and fact.env != env:
             raise RecordError(f"{where}: field env: a fact of {fact.env!r} in the ledger of {env!r}")
         if fact.id not in seen:
             seen.add(fact.id)
             facts.append(fact)
-    return Ledger(env, tuple(facts))
+    return Ledger(env or "", tuple(facts))
 
 
 def load(root: Path, env: str) -> Ledger:

@@ -147,16 +147,44 @@ def requirement_files(vw: VerifiedWheel, sets: dict[str, str], not_covered: dict
     return files
 
 
-def simple_index(wheel_name: str, sha256: str) -> dict[str, str]:
-    """PEP 503 pages (relative paths under the env folder -> HTML)."""
-    project = canonicalize_name(parse_wheel_filename(wheel_name)[0])
-    w = html.escape(wheel_name)
+def simple_index(wheels: list[tuple[str, str]], files: str = "../../files") -> dict[str, str]:
+    """PEP 503 pages over ``wheels`` ((file name, sha256), one project): relative paths -> HTML."""
+    project = canonicalize_name(parse_wheel_filename(wheels[0][0])[0])
+    links = "".join(
+        f'<a href="{files}/{html.escape(w)}#sha256={sha}">{html.escape(w)}</a>\n' for w, sha in sorted(wheels)
+    )
     return {
         "simple/index.html": (f'<!DOCTYPE html>\n<html><body>\n<a href="{project}/">{project}</a>\n</body></html>\n'),
-        f"simple/{project}/index.html": (
-            f'<!DOCTYPE html>\n<html><body>\n<a href="../../files/{w}#sha256={sha256}">{w}</a>\n</body></html>\n'
-        ),
+        f"simple/{project}/index.html": f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n",
     }
+
+
+def write_tree(stage: Path, texts: dict[str, str]) -> None:
+    """Text files under ``stage`` (relative path -> text), folders made as needed."""
+    for rel, text in texts.items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_text(text)
+
+
+def swap_in(stage: Path, dest: Path) -> None:
+    """Replace ``dest`` by the filled folder ``stage`` (same parent) whole: readers see the old or the new."""
+    for q in [stage, *stage.rglob("*")]:
+        os.chmod(q, 0o755 if q.is_dir() else 0o644)
+    old = None
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+        os.replace(dest, old / "x")
+    os.replace(stage, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def copy_wheel(vw: VerifiedWheel, files: Path) -> None:
+    """The verified wheel into ``files/``, its bytes checked again after the copy."""
+    files.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vw.path, files / vw.path.name)
+    if sha256(files / vw.path.name) != vw.sha256:
+        raise PublishRefused(f"{vw.path} changed while it was copied")
 
 
 def write_env_wheelhouse(out: Path, vw: VerifiedWheel, requirements: dict[str, str]) -> Path:
@@ -164,28 +192,11 @@ def write_env_wheelhouse(out: Path, vw: VerifiedWheel, requirements: dict[str, s
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{vw.env}.", dir=out))
     try:
-        files = stage / "files"
-        files.mkdir()
-        shutil.copyfile(vw.path, files / vw.path.name)
-        if sha256(files / vw.path.name) != vw.sha256:
-            raise PublishRefused(f"{vw.path} changed while it was copied")
-        (files / "SHA256SUMS").write_text(f"{vw.sha256}  {vw.path.name}\n")
-        for rel, text in simple_index(vw.path.name, vw.sha256).items():
-            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-            (stage / rel).write_text(text)
-        for fname, text in requirements.items():
-            (stage / fname).write_text(text)
-        for p in [stage, *stage.rglob("*")]:
-            os.chmod(p, 0o755 if p.is_dir() else 0o644)
-        dest = out / vw.env
-        old = None
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{vw.env}.old.", dir=out))
-            os.replace(dest, old / "x")
-        os.replace(stage, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return dest
+        copy_wheel(vw, stage / "files")
+        (stage / "files" / "SHA256SUMS").write_text(f"{vw.sha256}  {vw.path.name}\n")
+        write_tree(stage, {**simple_index([(vw.path.name, vw.sha256)]), **requirements})
+        swap_in(stage, out / vw.env)
+        return out / vw.env
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -42,18 +42,24 @@ def row(spec, input_hash: str, tag: str, runner: str, tiers: str, kind: str) -> 
     }
 
 
-def matrix(envs: list[tuple[object, str, str]], *, runner: str, gpu_runner: str | None) -> dict:
-    """``envs``: (spec, input hash, tag) of accepted envs. One build job each, plus a GPU job when a runner is given."""
+def matrix(
+    envs: list[tuple[object, str, str]], *, runner: str, gpu_runner: str | None, kind: str | None = None
+) -> dict:
+    """``envs``: (spec, input hash, tag) of accepted envs. One build job each, plus a GPU job when a runner is
+    given; ``kind`` ("build" or "gpu"): only those rows (a workflow runs them as two jobs)."""
     include = []
     for spec, h, tag in sorted(envs, key=lambda e: str(e[0].id)):
-        include.append(row(spec, h, tag, runner, CPU_TIERS, "build"))
-        if gpu_runner and spec.accelerator.kind == "cuda":
+        if kind in (None, "build"):
+            include.append(row(spec, h, tag, runner, CPU_TIERS, "build"))
+        if gpu_runner and spec.accelerator.kind == "cuda" and kind in (None, "gpu"):
             include.append(row(spec, h, tag, gpu_runner, GPU_TIERS, "gpu"))
     return {"include": include}
 
 
-def select(plans: list[Plan], named: bool, *, runner: str, gpu_runner: str | None) -> tuple[dict, list[str]]:
+def select(
+    plans: list[Plan], named: bool, *, runner: str, gpu_runner: str | None, kind: str | None = None
+) -> tuple[dict, list[str]]:
     """The matrix of the accepted ``plans`` and why the others were left out."""
     kept, skipped = keep_accepted(plans, named)
     rows = [(plan.spec, plan.input_hash, plan.tag) for plan in kept]
-    return matrix(rows, runner=runner, gpu_runner=gpu_runner), skipped
+    return matrix(rows, runner=runner, gpu_runner=gpu_runner, kind=kind), skipped

