@@ -50,7 +50,8 @@ def _describe(q: Query) -> str:
 def _say_answer(a: EnvAnswer, head: str) -> None:
     say(f"{head} {a.env} (torch {a.torch}, {a.accelerator}, image Python {a.python}): {a.status}")
     for why in a.why_not:
-        say(f"  - {why}")
+        if not why.startswith(a.status):  # the status line above already says it
+            say(f"  - {why}")
     for note in a.notes:
         say(f"  note: {note}")
 
