@@ -67,13 +67,8 @@ def cmd_base(args) -> int:
         print(f"wrote {paths.rel(r, path)} (part of the input hash: commit it)")
         return 0
     plan = plan_of(r, spec)
-    plan.require_consistent_locks()
-    lock, problems = baselock.parse(plan.locks.base or "")
-    if lock is None:
-        raise UsageError("; ".join(problems))
-    bh = buildah.find_buildah()
-    for stage in baselock.STAGES:
-        img = base.make_base(bh, spec, lock, stage, namespace=build.namespace(), mirror=args.mirror, log_path=log_path)
+    plan.require_consistent_locks()  # a base lock that does not parse stops here (exit of LockError)
+    for img in build.make_bases(plan, buildah.find_buildah(), mirror=args.mirror, log_path=log_path).values():
         made = f"made in {img.seconds:.0f}s, rootfs {img.rootfs_sha256}" if img.rootfs_sha256 else "already there"
         print(f"{img.tag}  {img.image_id}  ({made})")
     return 0
@@ -176,7 +171,9 @@ def register(sub) -> None:
     p = sub.add_parser("build", help="build an env's builder and runtime images and export its wheel")
     p.add_argument("env", help="env id, e.g. cu130-torch211")
     p.add_argument("--rebuild", action="store_true", help="build even when an image with this input hash exists")
-    p.add_argument("--no-cache", action="store_true", help="ignore BuildKit's layer cache (cold build)")
+    p.add_argument(
+        "--no-cache", action="store_true", help="ignore buildah's layer cache (cold layers; the bases are reused)"
+    )
     p.add_argument(
         "--check",
         action="store_true",

@@ -238,13 +238,13 @@ def _build_args(plan: Plan, bases: dict[str, base.BaseImage], opts: BuildOptions
     return args
 
 
-def _bases(root: Path, plan: Plan, bh: Buildah, opts: BuildOptions, log_path: Path) -> dict[str, base.BaseImage]:
+def make_bases(plan: Plan, bh: Buildah, *, mirror: str | None, log_path: Path) -> dict[str, base.BaseImage]:
+    """The builder and runtime bases of a debian-flavoured plan in ``bh``'s storage (made, or reused by tag)."""
     if plan.spec.base.flavor != "debian":
         return {}
     lock, problems = baselock.parse(plan.locks.base or "")
     if lock is None:
         raise BuildError(f"{plan.env_id}: the base lock is not valid: {'; '.join(problems)}")
-    mirror = opts.site.urls.get("debian_mirror")
     return {
         stage: base.make_base(bh, plan.spec, lock, stage, namespace=namespace(), mirror=mirror, log_path=log_path)
         for stage in baselock.STAGES
@@ -277,7 +277,7 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
 
     start = time.monotonic()
     cold = buildah.inspect(bh, builder_ref) is None and buildah.inspect(bh, runtime_ref) is None
-    bases = _bases(root, plan, bh, opts, log_path)
+    bases = make_bases(plan, bh, mirror=opts.site.urls.get("debian_mirror"), log_path=log_path)
     sizing = job_sizing(opts.host_mem_gib)
     jobs = {"build-jobs": f"MAX_JOBS={sizing.max_jobs}\nNVCC_THREADS={sizing.nvcc_threads}\n"}
     ids: dict[str, str] = {}

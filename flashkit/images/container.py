@@ -4,8 +4,8 @@
 process just sleeps) in which commands are exec'd, files copied in and out,
 and which is removed on exit, failure or not. Image helpers (inspect, tag,
 remove, size) sit beside it so the rest of the kit never touches the SDK.
-Builds are the exception: the SDK has no BuildKit, so ``flashkit.images.build`` runs
-the CLI that ``flashkit.images.engine`` picked.
+Builds are the exception: ``flashkit.images.build`` runs buildah (``flashkit.images.buildah``),
+whose images reach the engine by copy.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Site inputs of a build: the proxy CA, a pip index, a Debian mirror and netrc credentials.
 
 They vary from host to host and are never identity: not in the input hash, not in a layer, not in an
-image's history, not in any cache key. Each reaches the build as a BuildKit secret that only the RUN
+image's history, not in any cache key. Each reaches the build as a build secret that only the RUN
 lines that install can read (``--secret id=NAME,src=FILE``). What is recorded in the ledger is
 credential-free by construction: a URL with a user or token is refused with the way to pass it
 (a netrc file), and the CA and netrc are recorded only as "used".

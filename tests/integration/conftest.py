@@ -80,30 +80,29 @@ def _builder_into_engine(engine, res) -> None:
 def debian_base(engine):
     """A small flashkit/debian image in the engine (the bases are made in buildah's storage, not the engine).
 
-    The smallest runtime base the main job made is copied into the engine (same id); skips with the
-    command that makes one when buildah's storage has none.
+    The main job's (cu130-torch211's) runtime base, named as the build names it, is copied into the engine
+    (same id); skips with the command that makes it when buildah's storage does not have it.
     """
-    import json
+    from pathlib import Path
 
-    from flashkit.images import buildah
+    from flashkit.images import base, build, buildah
+    from flashkit.plan import baselock
+    from flashkit.plan.plan import load_plan
 
+    plan = load_plan(Path(__file__).resolve().parents[2], "cu130-torch211")
+    lock, _ = baselock.parse(plan.locks.base or "")
+    assert lock is not None, "cu130-torch211's base lock does not parse"
+    tag = base.base_tag(build.namespace(), plan.spec, lock, "runtime")
+    ref = tag.removeprefix("localhost/")
     sdk = engine.sdk()
     try:
-        found = next((i for i in sdk.images.list(name="flashkit/debian") if i.tags), None)
+        if any(ref in i.tags for i in sdk.images.list(name=ref.split(":")[0])):
+            return ref
     finally:
         sdk.close()
-    if found is not None:
-        return found.tags[0]
     bh = buildah.find_buildah()
-    listed = json.loads(bh.run("images", "--json", timeout=120).stdout or "[]")
-    bases = sorted(
-        name
-        for img in listed
-        for name in img.get("names") or ()
-        if name.startswith("localhost/flashkit/debian:") and "-runtime-" in name
-    )
-    if not bases:
-        pytest.skip("no flashkit/debian base in buildah's storage; run `flashkit base build cu130-torch211`")
-    ref = bases[0].removeprefix("localhost/")
-    buildah.push_to_engine(bh, buildah.inspect(bh, bases[0]).image_id, ref, engine)
+    info = buildah.inspect(bh, tag)
+    if info is None:
+        pytest.skip(f"no {tag} in buildah's storage; run `flashkit base build cu130-torch211`")
+    buildah.push_to_engine(bh, info.image_id, ref, engine)
     return ref
