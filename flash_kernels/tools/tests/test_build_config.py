@@ -142,3 +142,18 @@ def test_dispatch_table_covers_every_config():
         flag = "true" if banded else "false"
         assert f"&run_fwd<{ctype}, {hd}, {flag}>" in table
         assert f"&run_bwd<{ctype}, {hd}, {flag}>" in table
+
+
+def test_host_sources_reach_torch_only_through_torch_api_h():
+    """The stable-ABI build holds only if no host source includes ATen/c10/torch headers itself: torch_api.h
+    picks them per mode (and with TORCH_TARGET_VERSION set, torch's non-stable headers #error anyway)."""
+    import re
+
+    csrc = Path(__file__).resolve().parents[2] / "csrc"
+    torch_include = re.compile(r"^\s*#\s*include\s*[<\"](ATen|c10|torch|caffe2)/", re.MULTILINE)
+    offenders = [
+        p.name
+        for p in sorted([*csrc.glob("*.cpp"), *csrc.glob("*.h"), *csrc.glob("*.cuh"), *csrc.glob("instantiations/*")])
+        if p.name != "torch_api.h" and torch_include.search(p.read_text())
+    ]
+    assert not offenders, f"include torch headers through csrc/torch_api.h only: {offenders}"
