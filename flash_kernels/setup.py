@@ -4,7 +4,10 @@ Which one is decided here, before anything compiles, and said on stderr:
 - the CUDA wheel needs torch importable at build time (build with `pip wheel --no-build-isolation`),
   a CUDA (not ROCm) torch, nvcc whose CUDA major matches torch's, and ninja;
 - otherwise the Triton-only wheel (py3-none-any), unless FLASH_KERNELS_BUILD_CUDA=1 makes that an error.
-The pure decisions (arch flags, job sizing, version label) live in tools/build_config.py.
+FLASH_KERNELS_TORCH_ABI picks how ops.cpp binds to torch: `version` (ATen/c10; the wheel serves the build's
+torch minor only; the default for now) or `stable` (torch's stable C ABI, torch >= 2.10 at build time; the
+wheel serves torch 2.10 and later); `auto` is stable where the build's torch has it. See STABLE_ABI.md.
+The pure decisions (arch flags, job sizing, version label, ABI mode) live in tools/build_config.py.
 """
 
 from __future__ import annotations
@@ -90,9 +93,20 @@ def cuda_extension_and_cmdclass():
     plan = bc.plan_jobs(os.environ, _cores(), _mem_available(), len(archs))
     # cpp_extension's ninja build reads MAX_JOBS from the environment.
     os.environ["MAX_JOBS"] = str(plan.max_jobs)
-    local = bc.local_version(torch.__version__, torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+    # FLASH_KERNELS_TORCH_ABI: stable (torch's stable C ABI; csrc/torch_api.h, STABLE_ABI.md) or version.
+    abi_mode = bc.torch_abi_mode(os.environ, torch.__version__)
+    if abi_mode == "stable":
+        abi_flags = bc.stable_abi_flags()
+        local = bc.stable_local_version(torch.version.cuda)
+        target = ".".join(map(str, bc.STABLE_ABI_TARGET))
+        abi_text = f"stable (C shim only; loads on torch >= {target})"
+    else:
+        abi_flags = []
+        local = bc.local_version(torch.__version__, torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+        abi_text = f"version-bound (ATen/c10 of torch {torch.__version__})"
     say(f"building the CUDA extension: torch {torch.__version__}, nvcc {nvcc_version} at {cuda_home}")
-    say(f"archs {', '.join(map(str, archs))} (from {arch_source}); stable ABI {limited_tag}-abi3")
+    say(f"torch ABI: {abi_text}; local version +{local}")
+    say(f"archs {', '.join(map(str, archs))} (from {arch_source}); CPython limited API {limited_tag}-abi3")
     say(f"jobs: {plan.reason}")
     if not seed_flags:
         say(f"nvcc {nvcc_version} has no -frandom-seed: the compiled module is not bit-reproducible")
@@ -115,7 +129,9 @@ def cuda_extension_and_cmdclass():
         # function of the sources and toolchain only; exported and dynamic symbols are untouched.
         extra_link_args=["-Wl,-x"],
         extra_compile_args={
-            "cxx": ["-O3", "-std=c++17", *limited_flags, *bc.define_flags(archs)],
+            # Only the host compiler sees the ABI flags: the .cu files include no torch header, so their
+            # objects are the same in both modes.
+            "cxx": ["-O3", "-std=c++17", *limited_flags, *bc.define_flags(archs), *abi_flags],
             "nvcc": [
                 "-O3",
                 "-std=c++17",

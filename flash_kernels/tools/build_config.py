@@ -190,6 +190,61 @@ def local_version(torch_version: str, cuda_version: str, cxx11_abi: bool) -> str
     return f"cu{cm.group(1)}{cm.group(2)}torch{tm.group(1)}.{tm.group(2)}cxx11abi{'TRUE' if cxx11_abi else 'FALSE'}"
 
 
+# The oldest torch whose stable ABI has everything ops.cpp uses (STABLE_ABI.md has the table): 2.10 adds
+# torch::stable::empty with a device, typed const/mutable data pointers, std::vector (int[]) returns and
+# versioned op registration (torch_library_impl). A stable build targets it through TORCH_TARGET_VERSION,
+# so one wheel loads on this torch and every later one.
+STABLE_ABI_TARGET = (2, 10)
+TORCH_ABI_MODES = ("stable", "version")
+
+
+def _major_minor(version: str, what: str) -> tuple[int, int]:
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    if not m:
+        raise BuildConfigError(f"cannot read {what} version {version!r} (expected MAJOR.MINOR...)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def torch_abi_mode(env: dict[str, str], torch_version: str) -> str:
+    """FLASH_KERNELS_TORCH_ABI: 'stable' (torch's stable C ABI: one wheel for torch >= STABLE_ABI_TARGET),
+    'version' (ATen/c10: the wheel is bound to the build's torch minor), 'auto' (stable where the build's
+    torch has it). Unset means 'version' until a stable wheel has its GPU verdict (issue 19); then the
+    default becomes 'auto'."""
+    raw = env.get("FLASH_KERNELS_TORCH_ABI", "").strip().lower()
+    if raw == "":
+        return "version"
+    if raw not in (*TORCH_ABI_MODES, "auto"):
+        raise BuildConfigError(
+            f"FLASH_KERNELS_TORCH_ABI={raw!r}: use stable (torch's stable ABI, one wheel for torch >= "
+            f"{STABLE_ABI_TARGET[0]}.{STABLE_ABI_TARGET[1]}), version (bound to the build's torch) or auto")
+    has_stable = _major_minor(torch_version, "torch") >= STABLE_ABI_TARGET
+    if raw == "auto":
+        return "stable" if has_stable else "version"
+    if raw == "stable" and not has_stable:
+        t = ".".join(map(str, STABLE_ABI_TARGET))
+        raise BuildConfigError(
+            f"FLASH_KERNELS_TORCH_ABI=stable needs torch >= {t} at build time, but this is torch {torch_version}: "
+            f"the stable ABI the extension targets ({t}: TORCH_TARGET_VERSION, torch::stable::empty, typed data "
+            f"pointers, int[] returns, torch_library_impl) is not in its headers. Fix: build with torch {t} or "
+            "newer (the wheel then runs on that torch and every later one), or FLASH_KERNELS_TORCH_ABI=version.")
+    return raw
+
+
+def stable_abi_flags(target: tuple[int, int] = STABLE_ABI_TARGET) -> list[str]:
+    """Host-compiler flags of a stable-ABI build: csrc/torch_api.h's switch, and TORCH_TARGET_VERSION in
+    torch's encoding (major << 56 | minor << 48), with which torch's non-stable headers refuse to compile."""
+    major, minor = target
+    return ["-DFLASH_KERNELS_STABLE_ABI=1", f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000"]
+
+
+def stable_local_version(cuda_version: str, target: tuple[int, int] = STABLE_ABI_TARGET) -> str:
+    """Local version label of a stable-ABI wheel, e.g. cu13stable2.10: the CUDA major (one runtime soname per
+    major) and the oldest torch whose stable ABI it uses. No torch minor and no cxx11abi flag: only C
+    symbols cross into libtorch."""
+    cuda_major, _ = _major_minor(cuda_version, "CUDA")
+    return f"cu{cuda_major}stable{target[0]}.{target[1]}"
+
+
 def check_cuda_major(nvcc_version: str, torch_cuda: str, cuda_home: str) -> None:
     """nvcc and torch must share the CUDA major (device code and runtime calls must match the driver API torch uses).
 

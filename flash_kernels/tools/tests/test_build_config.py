@@ -102,6 +102,29 @@ def test_local_version():
     assert bc.local_version("2.6.0", "12.4", False) == "cu124torch2.6cxx11abiFALSE"
 
 
+def test_torch_abi_mode_default_and_auto():
+    assert bc.torch_abi_mode({}, "2.11.0+cu130") == "version"  # until a stable wheel has its GPU verdict
+    assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "auto"}, "2.10.0+cu128") == "stable"
+    assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "auto"}, "2.9.1+cu128") == "version"
+    assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "version"}, "2.13.0+cu130") == "version"
+    assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": " Stable "}, "2.11.0+cu130") == "stable"
+
+
+def test_torch_abi_mode_refuses_stable_on_old_torch_and_typos():
+    want = r"needs torch >= 2\.10 .*torch 2\.9\.1.*FLASH_KERNELS_TORCH_ABI=version"
+    with pytest.raises(bc.BuildConfigError, match=want):
+        bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "stable"}, "2.9.1+cu128")
+    with pytest.raises(bc.BuildConfigError, match="FLASH_KERNELS_TORCH_ABI='stabel'"):
+        bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "stabel"}, "2.11.0")
+
+
+def test_stable_abi_flags_and_local_version():
+    assert bc.stable_abi_flags() == ["-DFLASH_KERNELS_STABLE_ABI=1", "-DTORCH_TARGET_VERSION=0x020a000000000000"]
+    assert bc.stable_abi_flags((2, 11))[1] == "-DTORCH_TARGET_VERSION=0x020b000000000000"
+    assert bc.stable_local_version("13.0") == "cu13stable2.10"
+    assert bc.stable_local_version("12.8") == "cu12stable2.10"
+
+
 def test_cuda_major_mismatch_names_the_fix():
     bc.check_cuda_major("13.0", "13.2", "/usr/local/cuda")  # minor differences are allowed
     with pytest.raises(bc.BuildConfigError, match="CUDA_HOME.*12.x"):
