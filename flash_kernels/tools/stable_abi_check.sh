@@ -13,6 +13,7 @@ torch_inc=${1:?usage: tools/stable_abi_check.sh TORCH_INCLUDE [CUDA_INCLUDE] [TA
 cuda_inc=${2:-/usr/local/cuda/include}
 target=${3:-0x020a000000000000}
 out=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$out"
 obj="$out/ops_stable.o"
 
 cmd=(g++ -std=c++17 -O3 -fPIC -c -DFLASH_KERNELS_STABLE_ABI=1 "-DTORCH_TARGET_VERSION=$target"
