@@ -4,9 +4,9 @@ Which one is decided here, before anything compiles, and said on stderr:
 - the CUDA wheel needs torch importable at build time (build with `pip wheel --no-build-isolation`),
   a CUDA (not ROCm) torch, nvcc whose CUDA major matches torch's, and ninja;
 - otherwise the Triton-only wheel (py3-none-any), unless FLASH_KERNELS_BUILD_CUDA=1 makes that an error.
-FLASH_KERNELS_TORCH_ABI picks how ops.cpp binds to torch: `version` (ATen/c10; the wheel serves the build's
-torch minor only; the default for now) or `stable` (torch's stable C ABI, torch >= 2.10 at build time; the
-wheel serves torch 2.10 and later); `auto` is stable where the build's torch has it. See STABLE_ABI.md.
+FLASH_KERNELS_TORCH_ABI picks how ops.cpp binds to torch: `stable` (torch's stable C ABI, torch >= 2.10 at
+build time; the wheel serves torch 2.10 and later) or `version` (ATen/c10; the wheel serves the build's torch
+minor only); `auto`, the default, is stable where the build's torch has it. See STABLE_ABI.md.
 The pure decisions (arch flags, job sizing, version label, ABI mode) live in tools/build_config.py.
 """
 
@@ -104,8 +104,17 @@ def cuda_extension_and_cmdclass():
         abi_flags = []
         local = bc.local_version(torch.__version__, torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
         abi_text = f"version-bound (ATen/c10 of torch {torch.__version__})"
+    torch_include = cpp_extension.include_paths()[0]
+    try:
+        with open(os.path.join(torch_include, "ATen", "ATen.h"), encoding="utf-8") as f:
+            host_std = bc.host_cxx_std(f.read())
+    except OSError:
+        host_std = bc.host_cxx_std(None)
+    # Header paths reach the .so through __FILE__ in torch's check macros; mapped to fixed names, the bytes
+    # do not depend on where torch or CUDA is installed (a venv, system site-packages, /usr/local/cuda).
+    prefix_maps = [f"-fmacro-prefix-map={torch_include}=torch/include", f"-fmacro-prefix-map={cuda_home}=cuda"]
     say(f"building the CUDA extension: torch {torch.__version__}, nvcc {nvcc_version} at {cuda_home}")
-    say(f"torch ABI: {abi_text}; local version +{local}")
+    say(f"torch ABI: {abi_text}; local version +{local}; host C++ standard {host_std} (torch's headers)")
     say(f"archs {', '.join(map(str, archs))} (from {arch_source}); CPython limited API {limited_tag}-abi3")
     say(f"jobs: {plan.reason}")
     if not seed_flags:
@@ -131,7 +140,7 @@ def cuda_extension_and_cmdclass():
         extra_compile_args={
             # Only the host compiler sees the ABI flags: the .cu files include no torch header, so their
             # objects are the same in both modes.
-            "cxx": ["-O3", "-std=c++17", *limited_flags, *bc.define_flags(archs), *abi_flags],
+            "cxx": ["-O3", f"-std={host_std}", *prefix_maps, *limited_flags, *bc.define_flags(archs), *abi_flags],
             "nvcc": [
                 "-O3",
                 "-std=c++17",

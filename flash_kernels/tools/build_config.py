@@ -208,11 +208,8 @@ def _major_minor(version: str, what: str) -> tuple[int, int]:
 def torch_abi_mode(env: dict[str, str], torch_version: str) -> str:
     """FLASH_KERNELS_TORCH_ABI: 'stable' (torch's stable C ABI: one wheel for torch >= STABLE_ABI_TARGET),
     'version' (ATen/c10: the wheel is bound to the build's torch minor), 'auto' (stable where the build's
-    torch has it). Unset means 'version' until a stable wheel has its GPU verdict (issue 19); then the
-    default becomes 'auto'."""
-    raw = env.get("FLASH_KERNELS_TORCH_ABI", "").strip().lower()
-    if raw == "":
-        return "version"
+    torch has it, and the default)."""
+    raw = env.get("FLASH_KERNELS_TORCH_ABI", "").strip().lower() or "auto"
     if raw not in (*TORCH_ABI_MODES, "auto"):
         raise BuildConfigError(
             f"FLASH_KERNELS_TORCH_ABI={raw!r}: use stable (torch's stable ABI, one wheel for torch >= "
@@ -243,6 +240,29 @@ def stable_local_version(cuda_version: str, target: tuple[int, int] = STABLE_ABI
     symbols cross into libtorch."""
     cuda_major, _ = _major_minor(cuda_version, "CUDA")
     return f"cu{cuda_major}stable{target[0]}.{target[1]}"
+
+
+_CPLUSPLUS_STD = {201703: "c++17", 202002: "c++20", 202302: "c++23"}
+MIN_CXX_STD = "c++17"
+
+
+def host_cxx_std(aten_header_text: str | None) -> str:
+    """The C++ standard for the host compiler: the one torch's own ATen.h demands (its
+    ``#if __cplusplus < NNNNNNL`` / ``#error C++NN or later`` guard), at least C++17.
+
+    torch 2.15's headers require C++20 while 2.11's accept C++17, and g++'s default (gnu++17) fails the
+    newer ones; asking the headers rather than keeping a version table stays right for the next torch.
+    The .cu files include no torch header and keep C++17, so their objects do not depend on the torch.
+    """
+    if not aten_header_text:
+        return MIN_CXX_STD
+    found = [int(v) for v in re.findall(r"__cplusplus\s*<\s*(\d{6})L", aten_header_text)]
+    need = max(found, default=0)
+    if need and need not in _CPLUSPLUS_STD:
+        raise BuildConfigError(
+            f"torch's ATen.h requires __cplusplus >= {need}L, a standard this build does not know; "
+            "update tools/build_config.py:_CPLUSPLUS_STD")
+    return _CPLUSPLUS_STD[need] if need > 201703 else MIN_CXX_STD
 
 
 def check_cuda_major(nvcc_version: str, torch_cuda: str, cuda_home: str) -> None:

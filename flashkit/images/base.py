@@ -187,6 +187,12 @@ def lock_bases(spec: EnvSpec, *, mirror: str | None = None, log_path: Path) -> B
     return BaseLock(spec.base.suite, baselock.components(spec), baselock.VARIANT, want, packages)
 
 
+# Bases are named in one fixed namespace whatever FLASHKIT_IMAGE_NAMESPACE says: buildah writes the FROM
+# name into the image's history, so a namespace in the base's name would make the same inputs give
+# different image ids under different namespaces. Their names are content hashes, so sharing is safe.
+BASE_NAMESPACE = "flashkit"
+
+
 def base_tag(namespace: str, spec: EnvSpec, lock: BaseLock, stage: str) -> str:
     """A name for exactly one base: its suite, stage, and a hash of what makes it (pins, epoch, scheme)."""
     what = "\n".join([lock.suite, " ".join(lock.components), str(source_date_epoch(spec)), *lock.pins(stage)])

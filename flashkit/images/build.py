@@ -246,7 +246,9 @@ def make_bases(plan: Plan, bh: Buildah, *, mirror: str | None, log_path: Path) -
     if lock is None:
         raise BuildError(f"{plan.env_id}: the base lock is not valid: {'; '.join(problems)}")
     return {
-        stage: base.make_base(bh, plan.spec, lock, stage, namespace=namespace(), mirror=mirror, log_path=log_path)
+        stage: base.make_base(
+            bh, plan.spec, lock, stage, namespace=base.BASE_NAMESPACE, mirror=mirror, log_path=log_path
+        )
         for stage in baselock.STAGES
     }
 

@@ -52,6 +52,11 @@ TORCH_DEFAULT_CUDA: dict[str, str] = {
 # From torch 2.7 the PyPI wheels are manylinux_2_28 and built with the cxx11 ABI; older ones are not.
 PYPI_CXX11_ABI_FROM = Version("2.7")
 
+# The oldest torch whose stable C ABI (torch/csrc/stable, TORCH_TARGET_VERSION) has everything flash_kernels'
+# entry points use; see flash_kernels/STABLE_ABI.md. A wheel built that way loads on that torch and every
+# later one of the same CUDA major, so it is not tied to the build's torch minor.
+STABLE_ABI_MIN_TORCH = Version("2.10")
+
 # CUDA 13 support arrived in torch 2.9 (first release with CUDA 13 builds).
 CUDA13_MIN_TORCH = Version("2.9")
 

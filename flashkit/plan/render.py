@@ -81,6 +81,10 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
     runtime_lock = f"{paths.LOCKFILES_DIR}/{spec.id}/py{spec.python}.txt"
     build_lock = f"{paths.LOCKFILES_DIR}/{spec.id}/build.txt"
     has_build_pins = bool(lock.parse(build_lock_text)[0])
+    # buildah (1.28) keys a RUN step's layer cache on its text only, not on what a bind mount holds, so the
+    # lock's digest goes into the mount's target: a changed lock is a changed step, never a stale layer.
+    rt_mount = {"src": runtime_lock, "sha256": inputhash.sha256_text(lock_text)}
+    build_mount = {"src": build_lock, "sha256": inputhash.sha256_text(build_lock_text)}
     if flavor in ("ngc", "rocm"):
         compiler_note = f"the {flavor} base image itself carries the compiler (torch lives in it)"
     else:
@@ -114,8 +118,9 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         "system_python": f"python{spec.python}",
         "py": py,
         "pip_env": "" if venv else "PIP_BREAK_SYSTEM_PACKAGES=1 ",
-        "builder_locks": [runtime_lock, build_lock] if has_build_pins else [runtime_lock],
-        "runtime_locks": [runtime_lock],
+        "builder_locks": [rt_mount, build_mount] if has_build_pins else [rt_mount],
+        "runtime_locks": [rt_mount],
+        "torch_abi": spec.torch_abi,
         "pypi_nvcc": spec.compiler.source == "pypi",
         "cuda_home": cuda_home,
         "arch_env": arch_env,

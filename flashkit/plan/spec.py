@@ -114,6 +114,13 @@ class EnvSpec:
         return Version(self.torch)
 
     @property
+    def torch_abi(self) -> str:
+        """How flash_kernels' extension binds to torch (FLASH_KERNELS_TORCH_ABI): "stable" (torch's stable
+        C ABI: one wheel for this torch and every later one) where the env's torch has it, else "version"."""
+        cuda = self.accelerator.kind == "cuda" and "cuda" in self.backends
+        return "stable" if cuda and self.torch_version >= compat.STABLE_ABI_MIN_TORCH else "version"
+
+    @property
     def torch_series(self) -> str:
         return compat.series(self.torch)
 

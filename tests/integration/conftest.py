@@ -92,7 +92,7 @@ def debian_base(engine):
     plan = load_plan(Path(__file__).resolve().parents[2], "cu130-torch211")
     lock, _ = baselock.parse(plan.locks.base or "")
     assert lock is not None, "cu130-torch211's base lock does not parse"
-    tag = base.base_tag(build.namespace(), plan.spec, lock, "runtime")
+    tag = base.base_tag(base.BASE_NAMESPACE, plan.spec, lock, "runtime")
     ref = tag.removeprefix("localhost/")
     sdk = engine.sdk()
     try:

@@ -20,7 +20,7 @@ def _runtime_base(tmp_path: Path):
     """The runtime base of cu130-torch211, made in the default storage by the main job (else skip)."""
     plan = load_plan(ROOT, "cu130-torch211")
     lock, _p = baselock.parse(plan.locks.base)
-    tag = base.base_tag(build.namespace(), plan.spec, lock, "runtime")
+    tag = base.base_tag(base.BASE_NAMESPACE, plan.spec, lock, "runtime")
     bh = buildah.find_buildah()
     if buildah.inspect(bh, tag) is None:
         pytest.skip(f"no {tag} in buildah's storage; run `flashkit build cu130-torch211`")

@@ -103,7 +103,8 @@ def test_local_version():
 
 
 def test_torch_abi_mode_default_and_auto():
-    assert bc.torch_abi_mode({}, "2.11.0+cu130") == "version"  # until a stable wheel has its GPU verdict
+    assert bc.torch_abi_mode({}, "2.11.0+cu130") == "stable"  # unset is auto
+    assert bc.torch_abi_mode({}, "2.7.1+cu126") == "version"
     assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "auto"}, "2.10.0+cu128") == "stable"
     assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "auto"}, "2.9.1+cu128") == "version"
     assert bc.torch_abi_mode({"FLASH_KERNELS_TORCH_ABI": "version"}, "2.13.0+cu130") == "version"
@@ -180,3 +181,19 @@ def test_host_sources_reach_torch_only_through_torch_api_h():
         if p.name != "torch_api.h" and torch_include.search(p.read_text())
     ]
     assert not offenders, f"include torch headers through csrc/torch_api.h only: {offenders}"
+
+
+ATEN_211 = """#pragma once
+#if !defined(_MSC_VER) && __cplusplus < 201703L
+#error C++17 or later compatible compiler is required to use ATen.
+#endif
+"""
+
+
+def test_host_cxx_std_follows_torch_headers():
+    assert bc.host_cxx_std(ATEN_211) == "c++17"
+    assert bc.host_cxx_std(ATEN_211.replace("201703L", "202002L").replace("C++17", "C++20")) == "c++20"
+    assert bc.host_cxx_std(None) == "c++17"
+    assert bc.host_cxx_std("#pragma once\n") == "c++17"
+    with pytest.raises(bc.BuildConfigError, match="199711L|205012L"):
+        bc.host_cxx_std("#if __cplusplus < 205012L\n#error\n#endif\n")
