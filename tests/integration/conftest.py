@@ -85,7 +85,7 @@ def debian_base(engine):
     """
     from pathlib import Path
 
-    from flashkit.images import base, build, buildah
+    from flashkit.images import base, buildah
     from flashkit.plan import baselock
     from flashkit.plan.plan import load_plan
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.images import base, build, buildah
+from flashkit.images import base, buildah
 from flashkit.images.repro import compare_images, explain_layer, image_facts, layer_dir
 from flashkit.plan import baselock
 from flashkit.plan.plan import load_plan
