@@ -74,12 +74,16 @@ class BuildResult:
     date: str
     runtime_base_id: str | None = None  # the runtime stage's base (base_image_id is the builder's)
     builder: dict = dataclasses.field(default_factory=dict)  # host, tool, storage, cold: who built it
+    # {"env", "input_hash"} of the build whose wheel this env installs (spec wheel_from); None: its own.
+    wheel_from: dict | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 
 _RESULT_TYPES = {f.name: f.type for f in dataclasses.fields(BuildResult)}
+# Fields added later have defaults; results written before them still load.
+_OPTIONAL_RESULT_FIELDS = {"wheel_from"}
 
 
 def namespace() -> str:
@@ -101,7 +105,7 @@ def _check_result(data: object, shown: str) -> BuildResult:
     """A cached result, typed and checked; anything else is a clear error naming the file and field."""
     if not isinstance(data, dict):
         raise BuildError(f"{shown}: a build result must be a JSON object, not {type(data).__name__}")
-    missing = sorted(set(_RESULT_TYPES) - set(data))
+    missing = sorted(set(_RESULT_TYPES) - set(data) - _OPTIONAL_RESULT_FIELDS)
     extra = sorted(set(data) - set(_RESULT_TYPES))
     if missing or extra:
         raise BuildError(
@@ -128,6 +132,11 @@ def _check_result(data: object, shown: str) -> BuildResult:
             raise BuildError(f"{shown}: field {name} is not text", hint="delete the file and rebuild")
     if not all(isinstance(data[k], dict) for k in ("context", "builder")) or not isinstance(data["built"], bool):
         raise BuildError(f"{shown}: fields context/built have the wrong type", hint="delete the file and rebuild")
+    wf = data.get("wheel_from")
+    if wf is not None and not (
+        isinstance(wf, dict) and set(wf) == {"env", "input_hash"} and all(isinstance(v, str) for v in wf.values())
+    ):
+        raise BuildError(f"{shown}: field wheel_from is not {{env, input_hash}}", hint="delete the file and rebuild")
     return BuildResult(**data)
 
 
@@ -211,7 +220,9 @@ def host_identity() -> str:
     return f"{socket.gethostname()[:64]} ({hashlib.sha256(mid.encode()).hexdigest()[:12] if mid else 'no machine-id'})"
 
 
-def _build_args(plan: Plan, bases: dict[str, base.BaseImage], opts: BuildOptions) -> list[str]:
+def _build_args(
+    plan: Plan, bases: dict[str, base.BaseImage], opts: BuildOptions, wheel_builder: str | None = None
+) -> list[str]:
     args = [
         "build",
         "--timestamp",
@@ -235,7 +246,20 @@ def _build_args(plan: Plan, bases: dict[str, base.BaseImage], opts: BuildOptions
             "--build-arg",
             f"RUNTIME_IMAGE={bases['runtime'].tag}",
         ]
+    if wheel_builder:
+        args += ["--build-arg", f"WHEEL_BUILDER_IMAGE={wheel_builder}"]
     return args
+
+
+def wheel_source_build(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> BuildResult | None:
+    """The build of the env whose wheel ``plan`` installs (built now when it is not up to date), or None
+    when ``plan`` compiles its own. A check build still takes the source's build of record: what is
+    checked is this env's image, not the source's again."""
+    if plan.wheel_source is None:
+        return None
+    log.info("%s installs the wheel of %s: building that first if needed", plan.env_id, plan.wheel_source.env_id)
+    src_opts = dataclasses.replace(opts, check=False, rebuild=False, no_cache=False)
+    return build_plan(root, plan.wheel_source, engine, src_opts)
 
 
 def make_bases(plan: Plan, bh: Buildah, *, mirror: str | None, log_path: Path) -> dict[str, base.BaseImage]:
@@ -277,34 +301,20 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
     log_path.write_text(f"# flashkit build {env_id} input hash {h} at {utc_now()} with {bh.describe()}\n")
     log.info("building %s (input hash %s) with %s; log %s", env_id, h, bh.describe(), log_path)
 
+    src = wheel_source_build(root, plan, engine, opts)
     start = time.monotonic()
     cold = buildah.inspect(bh, builder_ref) is None and buildah.inspect(bh, runtime_ref) is None
     bases = make_bases(plan, bh, mirror=opts.site.urls.get("debian_mirror"), log_path=log_path)
-    sizing = job_sizing(opts.host_mem_gib)
-    jobs = {"build-jobs": f"MAX_JOBS={sizing.max_jobs}\nNVCC_THREADS={sizing.nvcc_threads}\n"}
-    ids: dict[str, str] = {}
-    with site.SecretFiles(opts.site, jobs) as secrets:
-        for stage in STAGES:
-            ref = builder_ref if stage == "builder" else runtime_ref
-            iid = ctx.parent / f"{ctx.name}.{stage}.iid"
-            args = [*_build_args(plan, bases, opts), *secrets, "--target", stage, "-t", ref, "--iidfile", str(iid)]
-            rc = buildah.stream(bh, [*args, "-f", str(ctx / "Dockerfile"), str(ctx)], log_path, opts.on_line)
-            if rc != 0:
-                raise BuildError(
-                    f"building the {stage} stage of {env_id} failed (exit {rc})",
-                    detail=_tail(log_path),
-                    hint=f"full log: {log_path}",
-                )
-            ids[stage] = iid.read_text().strip()
+    refs = {"builder": builder_ref, "runtime": runtime_ref}
+    args = _build_args(plan, bases, opts, src.builder_ref if src else None)
+    ids = _build_stages(bh, ctx, refs, args, opts, log_path, env_id)
     buildah.push_to_engine(bh, ids["runtime"], runtime_ref, engine)
     seconds = time.monotonic() - start
     if not opts.check:
         _tag_latest(engine, bh, env_id, ids)
 
     wheel_dir = root / WORK / "wheels" / env_id / h / ("check" if opts.check else "")
-    wheel = export_wheel(bh, builder_ref, wheel_dir)
-    digest = sha256_file(wheel)
-    (wheel_dir / "SHA256SUMS").write_text(f"{digest}  {wheel.name}\n")
+    wheel, digest = _export_checked_wheel(bh, builder_ref, wheel_dir, plan, src)
     runtime_attrs, builder_info = image_inspect(engine, runtime_ref), buildah.inspect(bh, builder_ref)
     result = BuildResult(
         env=env_id,
@@ -324,6 +334,7 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
         built=True,
         seconds=round(seconds, 1),
         log_path=str(log_path),
+        wheel_from={"env": src.env, "input_hash": src.input_hash} if src else None,
         context={"client": bh.describe(), **opts.site.record(), **({"base": bases["builder"].tag} if bases else {})},
         date=utc_now(),
     )
@@ -331,6 +342,45 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
         write_json_atomic(result_path(root, env_id, h), result.to_json())
     shutil.rmtree(ctx, ignore_errors=True)
     return result
+
+
+def _build_stages(
+    bh: Buildah, ctx: Path, refs: dict[str, str], args: list[str], opts: BuildOptions, log_path: Path, env_id: str
+) -> dict[str, str]:
+    """Build each stage of the context's Dockerfile under its ref; the image ids by stage."""
+    sizing = job_sizing(opts.host_mem_gib)
+    jobs = {"build-jobs": f"MAX_JOBS={sizing.max_jobs}\nNVCC_THREADS={sizing.nvcc_threads}\n"}
+    ids: dict[str, str] = {}
+    with site.SecretFiles(opts.site, jobs) as secrets:
+        for stage in STAGES:
+            iid = ctx.parent / f"{ctx.name}.{stage}.iid"
+            cmd = [*args, *secrets, "--target", stage, "-t", refs[stage], "--iidfile", str(iid)]
+            rc = buildah.stream(bh, [*cmd, "-f", str(ctx / "Dockerfile"), str(ctx)], log_path, opts.on_line)
+            if rc != 0:
+                raise BuildError(
+                    f"building the {stage} stage of {env_id} failed (exit {rc})",
+                    detail=_tail(log_path),
+                    hint=f"full log: {log_path}",
+                )
+            ids[stage] = iid.read_text().strip()
+    return ids
+
+
+def _export_checked_wheel(
+    bh: Buildah, builder_ref: str, wheel_dir: Path, plan: Plan, src: BuildResult | None
+) -> tuple[Path, str]:
+    """The builder's wheel, exported with its SHA256SUMS; an env that installs another's wheel must hold
+    exactly that env's file (its builder stage is that env's builder image)."""
+    wheel = export_wheel(bh, builder_ref, wheel_dir)
+    digest = sha256_file(wheel)
+    if src is not None and digest != src.wheel_sha256:
+        raise BuildError(
+            f"{plan.env_id}: the wheel in its builder stage ({digest[:12]}) is not {src.env}'s "
+            f"({src.wheel_sha256[:12]}), though the stage is that env's builder image",
+            hint=f"rebuild both: `flashkit build {src.env} --rebuild` then this env",
+        )
+    (wheel_dir / "SHA256SUMS").write_text(f"{digest}  {wheel.name}\n")
+    return wheel, digest
 
 
 def _tag_latest(engine: Engine, bh: Buildah, env_id: str, ids: dict[str, str]) -> None:

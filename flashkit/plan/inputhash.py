@@ -8,7 +8,8 @@ Scheme 2 hashes the canonical JSON (sorted keys, no whitespace, ASCII) of this m
      "lock": {"runtime_sha256", "build_sha256"[, "base_sha256"]}   -- the lockfiles' exact bytes; base_sha256
                                               (the Debian packages of the bases) for debian-flavoured envs
      "template_sha256": sha256 of templates/Dockerfile.j2
-     "kernel_sources": [[repo-relative posix path, "100644"|"100755", sha256], ...] sorted}
+     "kernel_sources": [[repo-relative posix path, "100644"|"100755", sha256], ...] sorted
+     "wheel_from": {"env", "input_hash"}   -- only for an env that installs another env's wheel}
 
 The kernel sources are the bytes :func:`flashkit.plan.plan.load_plan` read, and the build context is
 written from those same bytes, so what is hashed is exactly what is built. The result is
@@ -45,18 +46,24 @@ def manifest(
     template_text: str,
     sources: Iterable[tuple[str, str, str]],
     base_lock_text: str | None = None,
+    wheel_from: tuple[str, str] | None = None,
 ) -> dict:
-    """``sources``: (repo-relative path, git-style mode, sha256) of every kernel source file."""
+    """``sources``: (repo-relative path, git-style mode, sha256) of every kernel source file;
+    ``wheel_from``: (env, input hash) of the env whose builder makes this env's wheel."""
     lock = {"runtime_sha256": sha256_text(lock_text), "build_sha256": sha256_text(build_lock_text)}
     if base_lock_text is not None:
         lock["base_sha256"] = sha256_text(base_lock_text)
-    return {
+    man = {
         "scheme": SCHEME,
         "spec": spec.normalized(),
         "lock": lock,
         "template_sha256": sha256_text(template_text),
         "kernel_sources": sorted([path, mode, digest] for path, mode, digest in sources),
     }
+    if wheel_from is not None:
+        # The source's input hash covers everything its wheel is made of (its locks, base, compiler flags).
+        man["wheel_from"] = {"env": wheel_from[0], "input_hash": wheel_from[1]}
+    return man
 
 
 def digest(man: dict) -> str:

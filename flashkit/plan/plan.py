@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flashkit.core import paths, safeio
 from flashkit.core.errors import LockError, SpecError
-from flashkit.plan import baselock, inputhash, rules
+from flashkit.plan import baselock, compat, inputhash, rules
 from flashkit.plan.lock import LockTexts, check
 from flashkit.plan.spec import EnvSpec
 from flashkit.plan.specfile import load_env
@@ -52,6 +52,7 @@ class Plan:
     sources: tuple[SourceFile, ...]
     input_hash: str
     lock_problems: tuple[str, ...]  # why the lockfiles do not match the spec (empty: consistent)
+    wheel_source: Plan | None = None  # the env whose builder makes this env's wheel (spec.wheel_from)
 
     @property
     def env_id(self) -> str:
@@ -62,7 +63,7 @@ class Plan:
         return inputhash.tag_suffix(self.input_hash)
 
     def manifest(self) -> dict:
-        return manifest_of(self.spec, self.locks, self.template, self.sources)
+        return manifest_of(self.spec, self.locks, self.template, self.sources, self.wheel_source)
 
     def require_consistent_locks(self) -> None:
         if self.lock_problems:
@@ -73,7 +74,13 @@ class Plan:
             )
 
 
-def manifest_of(spec: EnvSpec, locks: LockTexts, template: str, sources: tuple[SourceFile, ...]) -> dict:
+def manifest_of(
+    spec: EnvSpec,
+    locks: LockTexts,
+    template: str,
+    sources: tuple[SourceFile, ...],
+    wheel_source: Plan | None = None,
+) -> dict:
     return inputhash.manifest(
         spec,
         lock_text=locks.runtime,
@@ -81,6 +88,7 @@ def manifest_of(spec: EnvSpec, locks: LockTexts, template: str, sources: tuple[S
         template_text=template,
         sources=[(s.path, s.mode, s.sha256) for s in sources],
         base_lock_text=locks.base,
+        wheel_from=(wheel_source.env_id, wheel_source.input_hash) if wheel_source else None,
     )
 
 
@@ -149,17 +157,62 @@ def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
     return tuple(sorted(out, key=lambda s: s.path))
 
 
+def wheel_source_problems(spec: EnvSpec, src: EnvSpec) -> list[str]:
+    """Why ``spec`` may not install the wheel ``src`` builds (empty: it may). The wheel is one file for
+    both, so everything it depends on must hold in both: torch's stable ABI, the CUDA major, the GPU
+    targets compiled into it, and a base at least as new as the one it was built on."""
+    problems = []
+    if src.wheel_from:
+        problems.append(f"{src.id} takes its own wheel from {src.wheel_from}; name the env that builds it")
+    if src.torch_abi != "stable":
+        problems.append(
+            f"{src.id} builds a wheel bound to torch {src.torch_series} (version ABI), which loads on that torch only; "
+            f"a shared wheel must be built on torch's stable ABI (torch >= {compat.STABLE_ABI_MIN_TORCH})"
+        )
+    if spec.torch_abi != "stable":
+        problems.append(
+            f"torch {spec.torch} has no stable ABI for flash_kernels (needs >= {compat.STABLE_ABI_MIN_TORCH}, CUDA)"
+        )
+    if (spec.accelerator.kind, spec.accelerator.major) != (src.accelerator.kind, src.accelerator.major):
+        problems.append(
+            f"{src.id} is {src.accelerator}, this env {spec.accelerator}: the wheel links one CUDA runtime major"
+        )
+    if spec.gpu_targets != src.gpu_targets:
+        problems.append(
+            f"gpu_targets {list(spec.gpu_targets)} differ from {src.id}'s {list(src.gpu_targets)}, the archs its wheel carries"
+        )
+    if (spec.base.flavor, spec.base.suite) != (src.base.flavor, src.base.suite):
+        problems.append(
+            f"base {spec.base.flavor}/{spec.base.suite} differs from {src.id}'s {src.base.flavor}/{src.base.suite} "
+            "(the wheel needs the C and C++ runtime it was built against)"
+        )
+    return problems
+
+
 def plan_of(root: Path, spec: EnvSpec) -> Plan:
     """The plan of an already-validated spec (the rest of its inputs read now)."""
     root = Path(root)
+    wheel_source = None
+    if spec.wheel_from:
+        try:
+            wheel_source = plan_of(root, load_env(root, spec.wheel_from))
+        except SpecError as exc:
+            raise SpecError(f"{spec.source}: wheel_from: {exc}") from None
+        problems = wheel_source_problems(spec, wheel_source.spec)
+        if problems:
+            raise SpecError(
+                f"{spec.source}: wheel_from: {spec.wheel_from}'s wheel cannot serve this env:\n  - "
+                + "\n  - ".join(problems),
+                hint="fix the field, or leave wheel_from out to build this env's own wheel",
+            )
     locks = read_locks(root, str(spec.id), spec.python, with_base=spec.base.flavor == "debian")
     template = read_template(root)
     sources = read_sources(root, spec.kernel_source)
-    h = inputhash.digest(manifest_of(spec, locks, template, sources))
+    h = inputhash.digest(manifest_of(spec, locks, template, sources, wheel_source))
     problems = check(spec, locks.runtime, locks.build)
     if locks.base is not None:
         problems += baselock.check(spec, locks.base)
-    return Plan(spec, locks, template, sources, h, tuple(problems))
+    return Plan(spec, locks, template, sources, h, tuple(problems), wheel_source)
 
 
 def load_plan(root: Path, env_id: str) -> Plan:

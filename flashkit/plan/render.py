@@ -171,6 +171,18 @@ def render_dockerfile(plan: Plan, *, host_mem_gib: int) -> str:
         input_hash=plan.input_hash,
         host_mem_gib=host_mem_gib,
     )
+    src = plan.wheel_source
+    ctx["wheel_from"] = (
+        {
+            "env": src.env_id,
+            "input_hash": src.input_hash,
+            # The default name a local build of the source gives its builder; `flashkit build` passes the
+            # one it really has (another namespace) as a build argument, which is not in any image.
+            "image": f"flashkit/{src.env_id}:{src.tag}-builder",
+        }
+        if src
+        else None
+    )
     try:
         text = _compile(plan.template).render(**ctx)
     except jinja2.TemplateSyntaxError as exc:

@@ -102,6 +102,9 @@ class EnvSpec:
     lock_exclude_newer: str  # RFC 3339 instant given to the resolver so re-locking is reproducible
     kernel_source: str = paths.KERNELS_DIR
     notes: str | None = None
+    # Another env whose builder's wheel this env installs instead of compiling its own (a stable-ABI wheel
+    # serves every torch >= 2.10 of its CUDA major); checked against that env by flashkit.plan.plan.
+    wheel_from: str | None = None
     schema: int = SCHEMA_VERSION
 
     @property
@@ -155,6 +158,8 @@ class EnvSpec:
             "publish_tags": list(self.publish_tags),
             "lock_exclude_newer": self.lock_exclude_newer,
             "kernel_source": self.kernel_source,
+            # Only when set, so an env without it keeps the hash it had before the field existed.
+            **({"wheel_from": self.wheel_from} if self.wheel_from else {}),
         }
 
 

@@ -74,6 +74,7 @@ _TOP = {
     "lock": True,
     "kernel_source": False,
     "notes": False,
+    "wheel_from": False,
 }
 _BASE = {
     "flavor": True,
@@ -465,6 +466,22 @@ def _kernel_source(r: _Reader, value: object, repo_root: Path) -> str | None:
     return p.as_posix()
 
 
+def _wheel_from(r: _Reader, value: object, env_id: str) -> str | None:
+    """Another env's id (its file must exist; what it must be is checked with both specs in hand)."""
+    if not isinstance(value, str):
+        r.error("wheel_from", f"{_show(value)} is not valid: expected the id of another env, e.g. 'cu130-torch211'")
+        return None
+    try:
+        EnvId.parse(value)
+    except SpecError as exc:
+        r.error("wheel_from", f"{exc}")
+        return None
+    if value == env_id:
+        r.error("wheel_from", "names this env itself; leave it out to build this env's own wheel")
+        return None
+    return value
+
+
 def _agrees_with_id(r: _Reader, eid: EnvId, env_id: str, accel: Accelerator | None, torch: str | None) -> None:
     """The id in the file name states accelerator and torch series; the fields must agree with it."""
     if accel is not None and (accel.kind != eid.accel_kind or accel.version != eid.accel_version):
@@ -523,6 +540,7 @@ def parse_spec(text: str, *, env_id: str, display: str, source: Path, repo_root:
     exclude_newer = _instant(r, top["lock"]) if "lock" in top else None
     kernel_source = _kernel_source(r, top["kernel_source"], repo_root) if "kernel_source" in top else paths.KERNELS_DIR
     notes = r.free_text(top.get("notes"), "notes")
+    wheel_from = _wheel_from(r, top["wheel_from"], env_id) if "wheel_from" in top else None
     _agrees_with_id(r, eid, env_id, accel, torch)
     values = (python, torch, cxx11, accel, compiler, targets, backends, base, tags, exclude_newer, kernel_source)
     if r.errors or any(v is None for v in values):
@@ -542,6 +560,7 @@ def parse_spec(text: str, *, env_id: str, display: str, source: Path, repo_root:
         lock_exclude_newer=exclude_newer,
         kernel_source=kernel_source,
         notes=notes,
+        wheel_from=wheel_from,
     )
 
 
