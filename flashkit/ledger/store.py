@@ -80,7 +80,7 @@ def check_body(body: object) -> Fact:
     fact = from_body(body)
     problem = semantic_problem(fact)
     if problem:
-        raise ValueError(f"field verdict: {problem}")
+        raise ValueError(problem if problem.startswith("field ") else f"field verdict: {problem}")
     return fact
 
 
