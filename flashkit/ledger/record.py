@@ -41,6 +41,7 @@ def artifact_of(res: BuildResult) -> Artifact:
         build_context={k: v for k, v in res.context.items() if isinstance(v, str | bool)},
         runtime_base_id=res.runtime_base_id,
         builder=dict(res.builder) or None,
+        wheel_from=dict(res.wheel_from) if res.wheel_from else None,
     )
 
 
