@@ -5,6 +5,10 @@ anything is written, so one bad line merges nothing. Facts are then appended to 
 ledger's own append: under its lock, deduplicated by fact id, in the order the files give them, the old
 lines untouched. Merging the same lines twice, or lines the ledger already has, adds nothing. A folder
 stands for its ``*.jsonl`` files in name order (a CI job's ``<env>-build.jsonl`` before ``<env>-gpu.jsonl``).
+
+Envs are merged in name order, except that an env whose lines hold cross-env applies comes after the others:
+such an applies is checked against its source env's ledger when it is appended, and the verdict it names
+may be among the lines of this same merge.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from flashkit.core import safeio
 from flashkit.core.errors import RecordError
 from flashkit.ledger import store
-from flashkit.ledger.model import Fact
+from flashkit.ledger.model import Applies, Fact
 from flashkit.plan.specfile import env_ids
 
 
@@ -53,4 +57,6 @@ def read(root: Path, paths: Sequence[Path]) -> dict[str, list[Fact]]:
 def merge(root: Path, paths: Sequence[Path]) -> dict[str, tuple[int, int]]:
     """Append the facts of ``paths`` to their ledgers; per env: (facts added, facts offered)."""
     by_env = read(root, paths)
-    return {env: (len(store.append(root, env, facts)[1]), len(facts)) for env, facts in sorted(by_env.items())}
+    order = sorted(by_env, key=lambda env: (any(isinstance(f, Applies) and f.source_env for f in by_env[env]), env))
+    out = {env: (len(store.append(root, env, by_env[env])[1]), len(by_env[env])) for env in order}
+    return dict(sorted(out.items()))
