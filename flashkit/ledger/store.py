@@ -167,8 +167,14 @@ def load(root: Path, env: str) -> Ledger:
     ledger, where = _read(root, env)
     if not any(a.source_env for a in ledger.applies()):
         return ledger
-    foreign = resolve_foreign(root, ledger.applies(), lambda a: where[a.id])
+    foreign = resolve_foreign(root, ledger.applies(), ledger.facts, lambda a: where[a.id])
     return dataclasses.replace(ledger, foreign=foreign)
+
+
+def load_own(root: Path, env: str) -> Ledger:
+    """The ledger of ``env`` with every line checked but its cross-env applies not resolved: the facts it
+    holds itself, as a source env's ledger is read (one level; see the module docstring)."""
+    return _read(root, env)[0]
 
 
 def _read(root: Path, env: str) -> tuple[Ledger, dict[str, str]]:
@@ -191,28 +197,40 @@ _FOREIGN_HINT = (
 )
 
 
-def resolve_foreign(root: Path, applies: Iterable[Applies], where: Callable[[Applies], str]) -> dict[str, VerdictFact]:
+def resolve_foreign(
+    root: Path, applies: Iterable[Applies], facts: Iterable[Fact], where: Callable[[Applies], str]
+) -> dict[str, VerdictFact]:
     """The verdict each cross-env applies names, from its source env's ledger, checked to be the verdict the
-    applies says it is: the same tier and the same judged wheel. ``where`` names an applies in errors."""
+    applies says it is (the same tier, the same judged wheel) and to hold for a build among ``facts`` (this
+    ledger's) that installs that env's wheel. ``where`` names an applies in errors."""
+    arts = {f.id: f for f in facts if isinstance(f, Artifact)}
     sources: dict[str, dict[str, Fact]] = {}
     out: dict[str, VerdictFact] = {}
     for a in applies:
         if a.source_env is None:
             continue
+        art = arts.get(a.artifact_id)
+        if art is None or (art.wheel_from or {}).get("env") != a.source_env or art.subject(a.tier.subject) != a.subject:
+            raise RecordError(
+                f"{where(a)}: field artifact_id: {a.artifact_id} is not a build in this ledger whose image installs "
+                f"the wheel {a.subject.digest} of {a.source_env} (wheel_from)",
+                hint=_FOREIGN_HINT,
+            )
         shown = safeio.describe(ledger_path(root, a.source_env), root)
         if a.source_env not in sources:
             sources[a.source_env] = _source_facts(root, a, where(a), shown)
         fact = sources[a.source_env].get(a.verdict_id)
         if not isinstance(fact, VerdictFact):
-            what = "no fact" if fact is None else f"a {fact.kind} fact, not a verdict"
+            what = "no fact" if fact is None else f"a fact of kind {fact.kind}, not a verdict,"
             raise RecordError(
                 f"{where(a)}: field verdict_id: {shown} has {what} with id {a.verdict_id} "
                 f"(this applies says that verdict of {a.source_env} holds for build {a.artifact_id[7:19]})",
                 hint=_FOREIGN_HINT,
             )
         if fact.tier is not a.tier or fact.subject != a.subject:
+            name = "tier" if fact.tier is not a.tier else "subject"
             raise RecordError(
-                f"{where(a)}: field subject: this applies names {a.tier} on {a.subject.kind} {a.subject.digest}, "
+                f"{where(a)}: field {name}: this applies names {a.tier} on {a.subject.kind} {a.subject.digest}, "
                 f"but verdict {a.verdict_id[7:19]} in {shown} is {fact.tier} on {fact.subject.kind} "
                 f"{fact.subject.digest}",
                 hint=_FOREIGN_HINT,
@@ -229,7 +247,7 @@ def _source_facts(root: Path, a: Applies, at: str, shown: str) -> dict[str, Fact
             hint=_FOREIGN_HINT,
         )
     try:
-        return _read(root, a.source_env)[0].by_id()  # one level: its own cross-env applies stay unresolved
+        return load_own(root, a.source_env).by_id()  # one level: its own cross-env applies stay unresolved
     except RecordError as exc:
         raise RecordError(f"{at}: field source_env: the ledger of {a.source_env} is unreadable: {exc}") from None
 
@@ -279,6 +297,7 @@ def _append_locked(root: Path, env: str, path: Path, facts: list[Fact]) -> tuple
     foreign = resolve_foreign(
         root,
         [f for f in added if isinstance(f, Applies)],
+        current.facts + tuple(added),
         lambda a: f"refusing to append applies {a.id[7:19]} to {shown}",
     )
     if lines:
