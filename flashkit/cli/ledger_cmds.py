@@ -12,7 +12,7 @@ from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishR
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheel_index, wheelhouse
+from flashkit.ledger import gate, gpu_import, migrate, record, store, verify, wheel_index, wheelhouse
 from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
 from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
@@ -72,6 +72,11 @@ def cmd_import(args) -> int:
     print(f"  counts recomputed from the JUnit report: {counts or 'none (the tier did not run)'}")
     for reason in fact.reasons[:8]:
         print(f"  {reason}")
+    for applies in record.applied_elsewhere(r, fact):
+        print(
+            f"  applies to {applies.env} too (build {applies.artifact_id[7:19]}): its image installs this very "
+            f"wheel (wheel_from); recorded in {paths.rel(r, store.ledger_path(r, applies.env))}"
+        )
     return 0 if fact.passed else NotVerified.exit_code
 
 
@@ -236,9 +241,13 @@ def cmd_ledger_migrate(args) -> int:
 
 def cmd_ledger_merge(args) -> int:
     r = root(args)
-    for env, (added, offered) in ledger_merge.merge(r, [Path(f) for f in args.files]).items():
+    merged = ledger_merge.merge(r, [Path(f) for f in args.files])
+    for env, (added, offered) in merged.counts.items():
         path = paths.rel(r, store.ledger_path(r, env))
         print(f"{env}: {added} of {offered} facts added to {path} ({offered - added} already there)")
+    for env, n in merged.inherited.items():
+        path = paths.rel(r, store.ledger_path(r, env))
+        print(f"{env}: {n} applies of its wheel's source env's verdicts added to {path} (wheel_from)")
     return 0
 
 

@@ -181,6 +181,20 @@ def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, str) else value
 
 
+def where_it_ran(host: dict[str, str]) -> str:
+    """Where a verdict ran, from its host facts: the GPU, torch and CUDA when they are named, and the host."""
+    parts = []
+    if host.get("gpu"):
+        parts.append(host["gpu"] + (f" (compute capability {host['capability']})" if host.get("capability") else ""))
+    if host.get("torch"):
+        parts.append(f"torch {host['torch']}")
+    if host.get("torch_cuda"):
+        parts.append(f"CUDA {host['torch_cuda']}")
+    if host.get("hostname"):
+        parts.append(f"host {host['hostname']}")
+    return ", ".join(parts) or "a host the verdict does not describe"
+
+
 # -- semantic checks a JSON Schema cannot express ---------------------------------------------------------
 def counts_support_pass(tier: Tier, counts: dict[str, int]) -> str | None:
     """Why ``counts`` cannot back a "passed" verdict of ``tier`` (None when they can)."""
