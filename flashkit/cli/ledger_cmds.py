@@ -14,6 +14,7 @@ from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
 from flashkit.ledger import gate, gpu_import, migrate, record, store, verify, wheel_index, wheelhouse
 from flashkit.ledger import merge as ledger_merge
+from flashkit.ledger.model import where_it_ran
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
 from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
 from flashkit.plan import production
@@ -216,8 +217,16 @@ def cmd_ledger_show(args) -> int:
             ]
             if same and art is min((art, *same), key=lambda a: a.date):
                 print(f"    confirmed: {len(same)} independent build(s) produced the same image id")
+            if art.wheel_from:
+                src = art.wheel_from
+                print(f"    wheel from {src['env']}@{src['input_hash']} (that build's file; not compiled here)")
             for j in gate.judgements(ledger, art).values():
                 print(f"    {j.line()}")
+            for applies, v in ledger.inherited(art.id):
+                print(
+                    f"    applies from {applies.source_env}: its {v.tier} verdict {v.id[7:19]} ({v.verdict}, "
+                    f"{v.date}) on this wheel, run on {where_it_ran(v.host)}"
+                )
         for pub in ledger.publications(h):
             print(f"  published {pub.date}: {pub.target}@{pub.digest} tags {', '.join(pub.tags)} ({pub.policy})")
             if pub.attestation:
