@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from kitsupport import artifact, input_hash, snapshot
+from kitsupport import H2, artifact, digest, input_hash, snapshot
 
+from flashkit.core.names import Tier
 from flashkit.ledger import store
 
 ENV = "cu130-torch211"
@@ -139,6 +140,32 @@ def test_a_not_run_result_without_a_report_is_recorded_as_not_run(repo, cli, tmp
     )
     res, _ = run_import(cli, repo, result)
     assert res.code == 16 and store.load(repo, ENV).verdicts()[0].verdict == "not-run"
+
+
+def test_an_imported_verdict_reaches_the_envs_that_install_that_wheel(repo, cli, tmp_path, junit_reports):
+    """cu130-torch215 installs the wheel cu130-torch211 built (wheel_from); the H200 runs torch 2.11, so the
+    result is imported for cu130-torch211 and applies, recorded as such, in cu130-torch215's own ledger."""
+    import dataclasses
+
+    from flashkit.ledger import gate
+
+    user = dataclasses.replace(
+        artifact("cu130-torch215", H2, image=digest("215 image"), wheel="ab" * 32),
+        wheel_from={"env": ENV, "input_hash": input_hash(repo, ENV)},
+    )
+    store.append(repo, "cu130-torch215", [user])
+    res, _ = run_import(cli, repo, write_result(tmp_path / "r", repo, junit_reports["ok"]))
+    assert res.code == 0, res.err
+    assert "applies to cu130-torch215 too" in res.out and "verified/cu130-torch215.jsonl" in res.out
+    (v,) = store.load(repo, ENV).verdicts()
+    led = store.load(repo, "cu130-torch215")
+    (applies,) = led.applies()
+    assert applies.source_env == ENV and applies.verdict_id == v.id and applies.artifact_id == user.id
+    assert "NVIDIA H200" in applies.because and "torch 2.11.0+cu130" in applies.because
+    assert gate.judgements(led, user)[Tier.ARTIFACT_GPU].passed
+    # Imported again: no second applies.
+    run_import(cli, repo, write_result(tmp_path / "r", repo, junit_reports["ok"]))
+    assert len(store.load(repo, "cu130-torch215").applies()) == 1
 
 
 FORGED = {

@@ -12,8 +12,9 @@ from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishR
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import gate, gpu_import, migrate, store, verify, wheel_index, wheelhouse
+from flashkit.ledger import gate, gpu_import, migrate, record, store, verify, wheel_index, wheelhouse
 from flashkit.ledger import merge as ledger_merge
+from flashkit.ledger.model import where_it_ran
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
 from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
 from flashkit.plan import production
@@ -72,6 +73,11 @@ def cmd_import(args) -> int:
     print(f"  counts recomputed from the JUnit report: {counts or 'none (the tier did not run)'}")
     for reason in fact.reasons[:8]:
         print(f"  {reason}")
+    for applies in record.applied_elsewhere(r, fact):
+        print(
+            f"  applies to {applies.env} too (build {applies.artifact_id[7:19]}): its image installs this very "
+            f"wheel (wheel_from); recorded in {paths.rel(r, store.ledger_path(r, applies.env))}"
+        )
     return 0 if fact.passed else NotVerified.exit_code
 
 
@@ -211,8 +217,16 @@ def cmd_ledger_show(args) -> int:
             ]
             if same and art is min((art, *same), key=lambda a: a.date):
                 print(f"    confirmed: {len(same)} independent build(s) produced the same image id")
+            if art.wheel_from:
+                src = art.wheel_from
+                print(f"    wheel from {src['env']}@{src['input_hash']} (that build's file; not compiled here)")
             for j in gate.judgements(ledger, art).values():
                 print(f"    {j.line()}")
+            for applies, v in ledger.inherited(art.id):
+                print(
+                    f"    applies from {applies.source_env}: its {v.tier} verdict {v.id[7:19]} ({v.verdict}, "
+                    f"{v.date}) on this wheel, run on {where_it_ran(v.host)}"
+                )
         for pub in ledger.publications(h):
             print(f"  published {pub.date}: {pub.target}@{pub.digest} tags {', '.join(pub.tags)} ({pub.policy})")
             if pub.attestation:
@@ -236,9 +250,13 @@ def cmd_ledger_migrate(args) -> int:
 
 def cmd_ledger_merge(args) -> int:
     r = root(args)
-    for env, (added, offered) in ledger_merge.merge(r, [Path(f) for f in args.files]).items():
+    merged = ledger_merge.merge(r, [Path(f) for f in args.files])
+    for env, (added, offered) in merged.counts.items():
         path = paths.rel(r, store.ledger_path(r, env))
         print(f"{env}: {added} of {offered} facts added to {path} ({offered - added} already there)")
+    for env, n in merged.inherited.items():
+        path = paths.rel(r, store.ledger_path(r, env))
+        print(f"{env}: {n} applies of its wheel's source env's verdicts added to {path} (wheel_from)")
     return 0
 
 

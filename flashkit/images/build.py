@@ -32,13 +32,15 @@ from pathlib import Path
 from flashkit.core import safeio
 from flashkit.core.atomic import utc_now, write_json_atomic
 from flashkit.core.digests import sha256_file
-from flashkit.core.errors import BuildError
+from flashkit.core.errors import BuildError, SpecError
 from flashkit.core.names import label
 from flashkit.images import base, buildah, site
 from flashkit.images.buildah import Buildah
 from flashkit.images.container import image_inspect
 from flashkit.images.engine import Engine
 from flashkit.plan import baselock
+from flashkit.plan.envid import EnvId
+from flashkit.plan.inputhash import is_input_hash
 from flashkit.plan.plan import Plan
 from flashkit.plan.render import job_sizing, render_dockerfile, source_date_epoch
 
@@ -74,16 +76,19 @@ class BuildResult:
     date: str
     runtime_base_id: str | None = None  # the runtime stage's base (base_image_id is the builder's)
     builder: dict = dataclasses.field(default_factory=dict)  # host, tool, storage, cold: who built it
-    # {"env", "input_hash"} of the build whose wheel this env installs (spec wheel_from); None: its own.
+    # {"env", "input_hash"}: the build of another env whose wheel (the very file) this image installs;
+    # None: this env built its own. The ledger's artifact carries it, and inherits that wheel's verdicts.
     wheel_from: dict | None = None
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if data["wheel_from"] is None:
+            del data["wheel_from"]  # results of envs that build their own wheel stay as they were
+        return data
 
 
 _RESULT_TYPES = {f.name: f.type for f in dataclasses.fields(BuildResult)}
-# Fields added later have defaults; results written before them still load.
-_OPTIONAL_RESULT_FIELDS = {"wheel_from"}
+_OPTIONAL = {"wheel_from"}  # result files written before it existed load unchanged
 
 
 def namespace() -> str:
@@ -105,7 +110,7 @@ def _check_result(data: object, shown: str) -> BuildResult:
     """A cached result, typed and checked; anything else is a clear error naming the file and field."""
     if not isinstance(data, dict):
         raise BuildError(f"{shown}: a build result must be a JSON object, not {type(data).__name__}")
-    missing = sorted(set(_RESULT_TYPES) - set(data) - _OPTIONAL_RESULT_FIELDS)
+    missing = sorted(set(_RESULT_TYPES) - _OPTIONAL - set(data))
     extra = sorted(set(data) - set(_RESULT_TYPES))
     if missing or extra:
         raise BuildError(
@@ -132,12 +137,23 @@ def _check_result(data: object, shown: str) -> BuildResult:
             raise BuildError(f"{shown}: field {name} is not text", hint="delete the file and rebuild")
     if not all(isinstance(data[k], dict) for k in ("context", "builder")) or not isinstance(data["built"], bool):
         raise BuildError(f"{shown}: fields context/built have the wrong type", hint="delete the file and rebuild")
-    wf = data.get("wheel_from")
-    if wf is not None and not (
-        isinstance(wf, dict) and set(wf) == {"env", "input_hash"} and all(isinstance(v, str) for v in wf.values())
-    ):
-        raise BuildError(f"{shown}: field wheel_from is not {{env, input_hash}}", hint="delete the file and rebuild")
+    _check_wheel_from(data.get("wheel_from"), shown)
     return BuildResult(**data)
+
+
+def _check_wheel_from(value: object, shown: str) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, dict) and set(value) == {"env", "input_hash"} and is_input_hash(value["input_hash"])
+    try:
+        EnvId.parse(value["env"] if ok else "")  # type: ignore[index]
+    except SpecError:
+        ok = False
+    if not ok:
+        raise BuildError(
+            f"{shown}: field wheel_from = {value!r} is not {{'env': <env id>, 'input_hash': <input hash>}}",
+            hint="delete the file and rebuild",
+        )
 
 
 def load_result(root: Path, env_id: str, input_hash: str) -> BuildResult | None:

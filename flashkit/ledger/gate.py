@@ -6,7 +6,12 @@
 - the wheel tiers (build, artifact-gpu) need a verdict whose subject is the sha256 of the wheel that
   an ``artifact`` fact says this image was built with. A verdict that judged the same wheel bytes on
   another image (a rebuild on another host) applies, and the judgement says so;
-- the latest verdict for a (tier, subject) wins, so a tier that failed after it passed is not passed;
+- a wheel tier's verdict may also be another env's: when this image installs the wheel that env built
+  (the artifact's ``wheel_from``), an ``applies`` fact with ``source_env`` in this ledger names that
+  env's verdict on the very same sha256 (resolved and checked when the ledger is read). Image tiers are
+  never taken from another env: this image is judged here or not at all;
+- the latest verdict for a (tier, subject) wins, so a tier that failed after it passed is not passed
+  (this env's own and the inherited verdicts alike);
 - "not-run" and "error" are never "passed".
 
 Policy. ``full`` (the default) requires build, abi, cpu and a GPU tier (gpu or artifact-gpu).
@@ -21,7 +26,7 @@ import difflib
 
 from flashkit.core.errors import UsageError
 from flashkit.core.names import TIER_ORDER, Subject, Tier
-from flashkit.ledger.model import Artifact, VerdictFact
+from flashkit.ledger.model import Applies, Artifact, VerdictFact, where_it_ran
 from flashkit.ledger.store import Ledger
 
 GPU_TIERS = (Tier.GPU, Tier.ARTIFACT_GPU)
@@ -75,6 +80,7 @@ class Judgement:
     tier: Tier
     verdict: VerdictFact | None
     how: str  # which digest the verdict judged, and why it counts for this artifact
+    source_env: str | None = None  # the env whose ledger holds the verdict (None: this env's own)
 
     @property
     def passed(self) -> bool:
@@ -100,9 +106,21 @@ def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
     """The verdict that decides ``tier`` for ``artifact``, and how it reaches it."""
     subject = artifact.subject(tier.subject)
     found = [v for v in ledger.verdicts(artifact.input_hash) if v.tier is tier and v.subject == subject]
-    verdict = _latest(found)
+    inherited = _inherited(ledger, artifact, tier)
+    verdict = _latest(found + [v for _a, v in inherited])
     if verdict is None:
         return Judgement(tier, None, f"no verdict judged {subject.short()}")
+    via = next((a for a, v in inherited if v.id == verdict.id), None)
+    if via is not None:
+        src = artifact.wheel_from or {}
+        return Judgement(
+            tier,
+            verdict,
+            f"applies from {via.source_env}: this image installs the wheel {src.get('env')}@"
+            f"{str(src.get('input_hash'))[:20]} built ({subject.short()}, wheel_from); that env's {tier} verdict "
+            f"{verdict.id[7:19]} judged it on {verdict.date[:10]} ({where_it_ran(verdict.host)})",
+            source_env=via.source_env,
+        )
     if tier.subject is Subject.IMAGE or verdict.context.get("image_id") in (None, artifact.image_id):
         return Judgement(tier, verdict, f"judged {subject.short()} on {verdict.date[:10]}")
     return Judgement(
@@ -111,6 +129,14 @@ def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
         f"applies: the wheel is bit-identical ({subject.short()}) to the one judged on {verdict.date[:10]} "
         f"in image {verdict.context['image_id'][7:19]}, verdict {verdict.id[7:19]}",
     )
+
+
+def _inherited(ledger: Ledger, artifact: Artifact, tier: Tier) -> list[tuple[Applies, VerdictFact]]:
+    """Other envs' verdicts of a wheel ``tier`` that this ledger's applies bring to ``artifact``'s very wheel."""
+    if tier.subject is not Subject.WHEEL:
+        return []  # an image is judged in its own env only
+    subject = artifact.subject(Subject.WHEEL)
+    return [(a, v) for a, v in ledger.inherited(artifact.id) if v.tier is tier and v.subject == subject]
 
 
 def judgements(ledger: Ledger, artifact: Artifact) -> dict[Tier, Judgement]:
@@ -160,7 +186,9 @@ class Summary:
     """What `flashkit matrix` shows of an env's ledger at its current input hash."""
 
     status: str  # one line, as :func:`status`
-    tiers: dict[str, str]  # tier -> the latest build's verdict ("passed", "failed", ...; "passed(applies)")
+    # tier -> the latest build's verdict ("passed", "failed", ...; "passed(applies)" for a bit-identical wheel
+    # judged in another image of this env, "passed(applies:<env>)" for the wheel of <env> this image installs)
+    tiers: dict[str, str]
     wheel: str | None  # the latest build's wheel file name
     published: tuple[str, ...]  # the tags of the publications at this input hash
 
@@ -169,7 +197,8 @@ def _tier_verdicts(ledger: Ledger, art: Artifact) -> dict[str, str]:
     out = {}
     for tier, j in judgements(ledger, art).items():
         if j.verdict is not None:
-            out[tier.value] = f"{j.verdict.verdict}" + ("(applies)" if j.how.startswith("applies") else "")
+            mark = f"(applies:{j.source_env})" if j.source_env else "(applies)" if j.how.startswith("applies") else ""
+            out[tier.value] = f"{j.verdict.verdict}{mark}"
     return out
 
 

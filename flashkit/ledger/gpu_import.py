@@ -12,7 +12,10 @@ its own exit code (flashkit.core.errors) and a message naming the file and field
 - 25 the wheel it judged is a wheel that a build in this ledger produced at that input hash.
 
 The imported verdict's counts are the recounted ones, and its evidence names the report's and the
-result's sha256, so the ledger holds what can be checked again, not what was claimed.
+result's sha256, so the ledger holds what can be checked again, not what was claimed. Envs whose images
+install this env's wheel (``wheel_from``) get the verdict as a cross-env ``applies`` in their own ledgers
+when the wheel is theirs too (:func:`flashkit.ledger.record.propagate`): the GPU host runs one torch, and
+its verdict on the wheel is the one the other torches' envs inherit.
 """
 
 from __future__ import annotations
@@ -216,5 +219,5 @@ def import_result(root: Path, spec: EnvSpec, path: Path, junit: Path | None = No
             **({"junit_sha256": data["evidence"]["junit_sha256"]} if ran else {}),
         },
     )
-    append_with_applies(root, str(spec.id), [fact])
+    append_with_applies(root, str(spec.id), [fact])  # and to the envs that install this wheel (wheel_from)
     return fact

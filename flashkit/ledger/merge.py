@@ -5,17 +5,25 @@ anything is written, so one bad line merges nothing. Facts are then appended to 
 ledger's own append: under its lock, deduplicated by fact id, in the order the files give them, the old
 lines untouched. Merging the same lines twice, or lines the ledger already has, adds nothing. A folder
 stands for its ``*.jsonl`` files in name order (a CI job's ``<env>-build.jsonl`` before ``<env>-gpu.jsonl``).
+
+Envs are merged in name order, except that an env whose lines hold cross-env applies comes after the others:
+such an applies is checked against its source env's ledger when it is appended, and the verdict it names
+may be among the lines of this same merge. A CI job uploads only its own env's lines, so after the merge
+the cross-env applies the new lines imply are added as a local record would add them: a source env's new
+wheel verdicts reach the envs that install that wheel, and a consumer's new build inherits its source's
+verdicts (:mod:`flashkit.ledger.record`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from flashkit.core import safeio
 from flashkit.core.errors import RecordError
-from flashkit.ledger import store
-from flashkit.ledger.model import Fact
+from flashkit.ledger import record, store
+from flashkit.ledger.model import Applies, Artifact, Fact
 from flashkit.plan.specfile import env_ids
 
 
@@ -50,7 +58,24 @@ def read(root: Path, paths: Sequence[Path]) -> dict[str, list[Fact]]:
     return by_env
 
 
-def merge(root: Path, paths: Sequence[Path]) -> dict[str, tuple[int, int]]:
-    """Append the facts of ``paths`` to their ledgers; per env: (facts added, facts offered)."""
+@dataclass(frozen=True)
+class Merged:
+    counts: dict[str, tuple[int, int]]  # env -> (facts added, facts offered)
+    inherited: dict[str, int]  # env -> cross-env applies the merged lines brought to its ledger
+
+
+def merge(root: Path, paths: Sequence[Path]) -> Merged:
+    """Append the facts of ``paths`` to their ledgers, then the cross-env applies they imply."""
     by_env = read(root, paths)
-    return {env: (len(store.append(root, env, facts)[1]), len(facts)) for env, facts in sorted(by_env.items())}
+    order = sorted(by_env, key=lambda env: (any(isinstance(f, Applies) and f.source_env for f in by_env[env]), env))
+    added = {env: store.append(root, env, by_env[env])[1] for env in order}
+    inherited: dict[str, int] = {}
+    for env in order:
+        for other, facts in record.propagate(root, env, added[env]).items():
+            inherited[other] = inherited.get(other, 0) + len(facts)
+        if any(isinstance(f, Artifact) and f.wheel_from for f in added[env]):
+            more = record.inherited_applies(root, store.load(root, env))
+            if more:
+                inherited[env] = inherited.get(env, 0) + len(store.append(root, env, more)[1])
+    counts = {env: (len(added[env]), len(by_env[env])) for env in sorted(by_env)}
+    return Merged(counts, {k: v for k, v in sorted(inherited.items()) if v})

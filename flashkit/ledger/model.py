@@ -9,7 +9,10 @@ Four kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json`
 - ``verdict``: one tier's result, bound to the one digest it judged (``subject``: the runtime image id
   for image tiers, the wheel's sha256 for wheel tiers), with counts, reasons, host and evidence.
 - ``applies``: a later artifact holds a digest an earlier verdict judged (a bit-identical wheel from a
-  rebuild on another host): the verdict applies to it, and the ledger says so and why.
+  rebuild on another host): the verdict applies to it, and the ledger says so and why. With
+  ``source_env`` set, the verdict is in another env's ledger: this env's image installs the very wheel
+  that env built (``wheel_from``), and only wheel tiers are inherited that way (see
+  :mod:`flashkit.ledger.record`).
 - ``publication``: an image pushed to a registry: repository, manifest digest, tags, policy, the
   judged and the published image ids, the verdicts the gate relied on, and the signed attestation
   attached to the digest (its manifest digest, tag, key id and predicate types).
@@ -99,6 +102,9 @@ class Artifact(Fact):
     migrated: dict[str, str] | None = None
     runtime_base_id: str | None = None  # the runtime stage's base (the builder's is base_image_id)
     builder: dict[str, Any] | None = None  # host, tool, storage, cold: who made this build
+    # {"env", "input_hash"}: the build of another env whose wheel this image installs (the same file, same
+    # sha256: a stable-ABI wheel serves every torch >= 2.10 of its CUDA major). None: built its own wheel.
+    wheel_from: dict[str, str] | None = None
 
     def subject(self, kind: Subject) -> SubjectRef:
         return image_subject(self.image_id) if kind is Subject.IMAGE else wheel_subject(self.wheel_sha256)
@@ -142,6 +148,9 @@ class Applies(Fact):
     artifact_id: str
     subject: SubjectRef
     because: str
+    # The env whose ledger holds the verdict (None: this one). Only for wheel tiers, and one level deep: the
+    # verdict named is that env's own, never one it inherited in turn.
+    source_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,20 @@ def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, str) else value
 
 
+def where_it_ran(host: dict[str, str]) -> str:
+    """Where a verdict ran, from its host facts: the GPU, torch and CUDA when they are named, and the host."""
+    parts = []
+    if host.get("gpu"):
+        parts.append(host["gpu"] + (f" (compute capability {host['capability']})" if host.get("capability") else ""))
+    if host.get("torch"):
+        parts.append(f"torch {host['torch']}")
+    if host.get("torch_cuda"):
+        parts.append(f"CUDA {host['torch_cuda']}")
+    if host.get("hostname"):
+        parts.append(f"host {host['hostname']}")
+    return ", ".join(parts) or "a host the verdict does not describe"
+
+
 # -- semantic checks a JSON Schema cannot express ---------------------------------------------------------
 def counts_support_pass(tier: Tier, counts: dict[str, int]) -> str | None:
     """Why ``counts`` cannot back a "passed" verdict of ``tier`` (None when they can)."""
@@ -194,14 +217,30 @@ def counts_support_pass(tier: Tier, counts: dict[str, int]) -> str | None:
 
 
 def semantic_problem(fact: Fact) -> str | None:
-    """What is wrong with a well-formed fact beyond its schema (None when nothing is)."""
+    """What is wrong with a well-formed fact beyond its schema (None when nothing is). A text that does not
+    start with "field " is about the verdict and its counts."""
     if isinstance(fact, VerdictFact):
         if fact.subject.kind is not fact.tier.subject:
             return f"tier {fact.tier} judges a {fact.tier.subject}, but this verdict names a {fact.subject.kind}"
         if fact.passed:
             return counts_support_pass(fact.tier, fact.counts)
-    if isinstance(fact, Applies) and fact.subject.kind is not fact.tier.subject:
-        return f"tier {fact.tier} judges a {fact.tier.subject}, but this names a {fact.subject.kind}"
+    if isinstance(fact, Applies):
+        if fact.subject.kind is not fact.tier.subject:
+            return f"tier {fact.tier} judges a {fact.tier.subject}, but this names a {fact.subject.kind}"
+        if fact.source_env is not None:
+            return cross_env_problem(fact)
+    if isinstance(fact, Artifact) and fact.wheel_from is not None and fact.wheel_from.get("env") == fact.env:
+        return f"field wheel_from.env: names this env itself ({fact.env}); a build's own wheel has no wheel_from"
+    return None
+
+
+def cross_env_problem(fact: Applies) -> str | None:
+    """Why an applies naming another env's verdict cannot hold whatever that ledger says (None: it can)."""
+    if fact.source_env == fact.env:
+        return f"field source_env: names this env itself ({fact.env}); a verdict of this ledger has no source_env"
+    if fact.tier.subject is not Subject.WHEEL:
+        # The image is this env's own: its tiers are judged here, never inherited from another env.
+        return f"field tier: {fact.tier} judges this env's own image; only wheel tiers apply from another env"
     return None
 
 

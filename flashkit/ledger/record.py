@@ -5,6 +5,15 @@ artifact); every tier run appends a ``verdict`` bound to the digest its tier jud
 every earlier verdict whose digest a newer artifact also holds (a bit-identical wheel from a rebuild on
 another host) gets an ``applies`` fact that names both and says why, so that inheritance is recorded,
 not implied.
+
+Across envs (issue 19): a wheel built on torch's stable C ABI loads on every torch >= 2.10 of its CUDA
+major, so an env may install the wheel another env built instead of compiling its own (its artifact's
+``wheel_from``). Its build then inherits the source env's wheel verdicts (build, artifact-gpu) on that
+very sha256, each as an ``applies`` with ``source_env`` in the consumer's own ledger; image verdicts
+never cross envs, the consumer's image is judged in its own right. Both orders are covered: a consumer's
+build inherits the verdicts its source has (:func:`inherited_applies`, on every append to the consumer),
+and a wheel verdict appended to a source later reaches every consumer ledger that names it
+(:func:`propagate`).
 """
 
 from __future__ import annotations
@@ -12,12 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from flashkit.core.atomic import utc_now
-from flashkit.core.names import Tier, Verdict
+from flashkit.core.errors import FlashkitError
+from flashkit.core.names import Subject, Tier, Verdict
 from flashkit.images.build import BuildResult
 from flashkit.images.tiers import TierOutcome
 from flashkit.ledger import store
-from flashkit.ledger.model import Applies, Artifact, Fact, VerdictFact
+from flashkit.ledger.model import Applies, Artifact, Fact, VerdictFact, where_it_ran
 from flashkit.ledger.store import Ledger
+from flashkit.plan.envid import EnvId
 
 MAX_REASONS = 200
 MAX_REASON_CHARS = 4000
@@ -41,6 +52,7 @@ def artifact_of(res: BuildResult) -> Artifact:
         build_context={k: v for k, v in res.context.items() if isinstance(v, str | bool)},
         runtime_base_id=res.runtime_base_id,
         builder=dict(res.builder) or None,
+        wheel_from=dict(res.wheel_from) if res.wheel_from else None,
     )
 
 
@@ -99,22 +111,130 @@ def missing_applies(ledger: Ledger) -> list[Applies]:
     return out
 
 
+def cross_env_because(art: Artifact, v: VerdictFact) -> str:
+    """Why ``v`` (a wheel verdict of another env) holds for ``art``, without claiming it ran in ``art``'s env."""
+    src = art.wheel_from or {}
+    at = (
+        "" if v.input_hash == src.get("input_hash") else f" (recorded at its input hash {v.input_hash}: the same bytes)"
+    )
+    return (
+        f"the wheel sha256:{art.wheel_sha256} of this build is the file {src.get('env')}@{src.get('input_hash')} "
+        f"built (wheel_from); a stable-ABI wheel is the same artifact under every torch >= 2.10 of its CUDA major, "
+        f"so that env's {v.tier} verdict {v.id[7:19]}{at} on it applies here; the {v.tier} ran in {v.env} on "
+        f"{where_it_ran(v.host)}, not in this env"
+    )
+
+
+def inherited_applies(root: Path, ledger: Ledger) -> list[Applies]:
+    """A cross-env ``applies`` for every (artifact with ``wheel_from``, wheel verdict of its source env on
+    exactly its wheel sha256) pair the ledger does not record yet. The source's verdicts at any of its input
+    hashes count, since the digest is what was judged; those at the input hash ``wheel_from`` names come
+    first. A source env with no ledger here gives none (nothing is claimed until its verdicts are)."""
+    done = {(a.verdict_id, a.artifact_id) for a in ledger.applies()}
+    sources: dict[str, Ledger] = {}
+    out = []
+    for art in ledger.artifacts():
+        if not art.wheel_from:
+            continue
+        src = art.wheel_from["env"]
+        if src not in sources:
+            sources[src] = store.load_own(root, src)
+        subject = art.subject(Subject.WHEEL)
+        found = [v for v in sources[src].verdicts() if v.tier.subject is Subject.WHEEL and v.subject == subject]
+        found.sort(key=lambda v: v.input_hash != art.wheel_from["input_hash"])  # stable: append order kept
+        for v in found:
+            if (v.id, art.id) in done:
+                continue
+            done.add((v.id, art.id))
+            out.append(
+                Applies(
+                    env=art.env,
+                    input_hash=art.input_hash,
+                    date=max(v.date, art.date),
+                    tier=v.tier,
+                    verdict_id=v.id,
+                    artifact_id=art.id,
+                    subject=subject,
+                    because=cross_env_because(art, v),
+                    source_env=src,
+                )
+            )
+    return out
+
+
+def consumers(root: Path, source_env: str) -> list[Ledger]:
+    """The ledgers of the other envs with a build that installs a wheel of ``source_env`` (``wheel_from``)."""
+    out = []
+    for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
+        env = path.name.removesuffix(".jsonl")
+        try:
+            EnvId.parse(env)
+        except FlashkitError:
+            continue  # not an env's ledger
+        # Only ledgers that can name it are read (facts are written as canonical JSON): an unrelated env's
+        # ledger neither slows nor breaks recording a verdict here.
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if env == source_env or "wheel_from" not in text or f'"{source_env}"' not in text:
+            continue
+        ledger = store.load(root, env)
+        if any(a.wheel_from and a.wheel_from["env"] == source_env for a in ledger.artifacts()):
+            out.append(ledger)
+    return out
+
+
+def propagate(root: Path, source_env: str, added: list[Fact]) -> dict[str, list[Fact]]:
+    """After ``added`` was appended to ``source_env``: the cross-env applies its wheel verdicts bring to the
+    envs whose builds install that very wheel, appended to their ledgers (by env; only what was new)."""
+    wheels = {f.subject for f in added if isinstance(f, VerdictFact) and f.tier.subject is Subject.WHEEL}
+    if not wheels:
+        return {}
+    out: dict[str, list[Fact]] = {}
+    for ledger in consumers(root, source_env):
+        extra = [a for a in inherited_applies(root, ledger) if a.source_env == source_env and a.subject in wheels]
+        if extra:
+            _ledger, more = store.append(root, ledger.env, extra)
+            if more:
+                out[ledger.env] = more
+    return out
+
+
+def applied_elsewhere(root: Path, verdict: VerdictFact) -> list[Applies]:
+    """The cross-env applies that name ``verdict`` in the ledgers of the envs that install its wheel."""
+    return [
+        a
+        for ledger in consumers(root, verdict.env)
+        for a in ledger.applies()
+        if a.source_env == verdict.env and a.verdict_id == verdict.id
+    ]
+
+
 def append_with_applies(root: Path, env: str, facts: list[Fact]) -> tuple[Ledger, list[Fact]]:
+    """Append ``facts`` and the applies they bring: within the env (a bit-identical digest), inherited by it
+    (its build installs another env's wheel) and, for new wheel verdicts, to the envs that install that wheel
+    (see :func:`propagate`). Returns this env's ledger and what was added to it."""
     ledger, added = store.append(root, env, facts)
-    extra = missing_applies(ledger)
+    extra = missing_applies(ledger) + inherited_applies(root, ledger)
     if extra:
         ledger, more = store.append(root, env, extra)
         added += more
+    propagate(root, env, added)
     return ledger, added
 
 
 def record_build(root: Path, res: BuildResult) -> tuple[Ledger, Artifact, list[Fact]]:
-    """Append the build's artifact (once per distinct build) and the applies facts it brings."""
+    """Append the build's artifact (once per distinct build) and the applies facts it brings, among them,
+    for a build with ``wheel_from``, the source env's wheel verdicts on that wheel."""
     art = artifact_of(res)
     current = store.load(root, res.env)
     same = next((a for a in current.artifacts(res.input_hash) if a.same_build(art)), None)
     if same is not None:
-        return current, same, []
+        # A re-run adds no artifact, but may find source verdicts that reached this checkout without
+        # passing through it (a `git pull` of the source's ledger): they are recorded now.
+        inherited = inherited_applies(root, current)
+        if not inherited:
+            return current, same, []
+        ledger, added = store.append(root, res.env, inherited)
+        return ledger, same, added
     ledger, added = append_with_applies(root, res.env, [art])
     return ledger, art, added
 

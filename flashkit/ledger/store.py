@@ -10,15 +10,25 @@ Reading validates every line (JSON Schema, then :func:`flashkit.ledger.model.sem
 content id) and fails on the first bad one with its file, line and field: a ledger either reads whole or
 not at all. A file of the first record format (``verified/<env>.json``) is refused with the command that
 migrates it.
+
+An ``applies`` fact with ``source_env`` names a verdict in another env's ledger (an env whose image installs
+the wheel that env built). Reading resolves it: the verdict must be in ``verified/<source_env>.jsonl`` with
+that id, of that tier, judging that very wheel; anything else is an error naming this file and line, never
+an applies silently honoured or dropped. The resolved verdicts are :attr:`Ledger.foreign`. One level only:
+the source ledger is read and checked line by line, but its own cross-env applies are not resolved in turn
+(the verdict an applies names is always the source's own, so nothing further is needed, and no chain or
+cycle of envs can recurse). Appending a cross-env applies resolves it first, so a ledger never gains a line
+that would make it unreadable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -80,7 +90,7 @@ def check_body(body: object) -> Fact:
     fact = from_body(body)
     problem = semantic_problem(fact)
     if problem:
-        raise ValueError(f"field verdict: {problem}")
+        raise ValueError(problem if problem.startswith("field ") else f"field verdict: {problem}")
     return fact
 
 
@@ -88,6 +98,8 @@ def check_body(body: object) -> Fact:
 class Ledger:
     env: str
     facts: tuple[Fact, ...]  # in append order
+    # The other envs' verdicts that this ledger's cross-env applies name, by id (checked when read).
+    foreign: dict[str, VerdictFact] = field(default_factory=dict)
 
     def artifacts(self, input_hash: str | None = None) -> list[Artifact]:
         return [f for f in self.facts if isinstance(f, Artifact) and input_hash in (None, f.input_hash)]
@@ -97,6 +109,14 @@ class Ledger:
 
     def applies(self) -> list[Applies]:
         return [f for f in self.facts if isinstance(f, Applies)]
+
+    def inherited(self, artifact_id: str) -> list[tuple[Applies, VerdictFact]]:
+        """The cross-env applies for one artifact of this ledger, each with the verdict it names."""
+        return [
+            (a, self.foreign[a.verdict_id])
+            for a in self.applies()
+            if a.source_env is not None and a.artifact_id == artifact_id and a.verdict_id in self.foreign
+        ]
 
     def publications(self, input_hash: str | None = None) -> list[Publication]:
         return [f for f in self.facts if isinstance(f, Publication) and input_hash in (None, f.input_hash)]
@@ -109,9 +129,15 @@ class Ledger:
 
 
 def parse_lines(text: str, *, env: str | None, shown: str) -> Ledger:
-    """Every fact of ``text``, each line checked; ``env`` None: facts of any env (lines to merge)."""
+    """Every fact of ``text``, each line checked; ``env`` None: facts of any env (lines to merge). Cross-env
+    applies are not resolved here (see :func:`load`)."""
+    return _parse(text, env=env, shown=shown)[0]
+
+
+def _parse(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str, str]]:
+    """The ledger of ``text`` and, for each fact id, the ``file:line`` it was first read from."""
     facts: list[Fact] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for number, line in enumerate(text.split("\n"), start=1):
         if not line:
             continue
@@ -131,13 +157,28 @@ def parse_lines(text: str, *, env: str | None, shown: str) -> Ledger:
         if env is not None and fact.env != env:
             raise RecordError(f"{where}: field env: a fact of {fact.env!r} in the ledger of {env!r}")
         if fact.id not in seen:
-            seen.add(fact.id)
+            seen[fact.id] = where
             facts.append(fact)
-    return Ledger(env or "", tuple(facts))
+    return Ledger(env or "", tuple(facts)), seen
 
 
 def load(root: Path, env: str) -> Ledger:
-    """The ledger of ``env`` (empty when it has none yet)."""
+    """The ledger of ``env`` (empty when it has none yet), its cross-env applies resolved."""
+    ledger, where = _read(root, env)
+    if not any(a.source_env for a in ledger.applies()):
+        return ledger
+    foreign = resolve_foreign(root, ledger.applies(), ledger.facts, lambda a: where[a.id])
+    return dataclasses.replace(ledger, foreign=foreign)
+
+
+def load_own(root: Path, env: str) -> Ledger:
+    """The ledger of ``env`` with every line checked but its cross-env applies not resolved: the facts it
+    holds itself, as a source env's ledger is read (one level; see the module docstring)."""
+    return _read(root, env)[0]
+
+
+def _read(root: Path, env: str) -> tuple[Ledger, dict[str, str]]:
+    """The ledger of ``env``, every line checked, cross-env applies not resolved; and where each fact is."""
     path, legacy = ledger_path(root, env), legacy_path(root, env)
     if os.path.lexists(legacy):
         raise RecordError(
@@ -145,9 +186,70 @@ def load(root: Path, env: str) -> Ledger:
             hint="run `flashkit ledger migrate` once: it converts it to the append-only ledger and keeps the original",
         )
     if not os.path.lexists(path):
-        return Ledger(env, ())
+        return Ledger(env, ()), {}
     text = safeio.read_text(path, what="ledger", error=RecordError, max_bytes=MAX_LEDGER_BYTES, root=root)
-    return parse_lines(text, env=env, shown=safeio.describe(path, root))
+    return _parse(text, env=env, shown=safeio.describe(path, root))
+
+
+_FOREIGN_HINT = (
+    "restore both ledgers from git (they are append-only); if the source env's lines were recorded elsewhere, "
+    "merge them first (`flashkit ledger merge`)"
+)
+
+
+def resolve_foreign(
+    root: Path, applies: Iterable[Applies], facts: Iterable[Fact], where: Callable[[Applies], str]
+) -> dict[str, VerdictFact]:
+    """The verdict each cross-env applies names, from its source env's ledger, checked to be the verdict the
+    applies says it is (the same tier, the same judged wheel) and to hold for a build among ``facts`` (this
+    ledger's) that installs that env's wheel. ``where`` names an applies in errors."""
+    arts = {f.id: f for f in facts if isinstance(f, Artifact)}
+    sources: dict[str, dict[str, Fact]] = {}
+    out: dict[str, VerdictFact] = {}
+    for a in applies:
+        if a.source_env is None:
+            continue
+        art = arts.get(a.artifact_id)
+        if art is None or (art.wheel_from or {}).get("env") != a.source_env or art.subject(a.tier.subject) != a.subject:
+            raise RecordError(
+                f"{where(a)}: field artifact_id: {a.artifact_id} is not a build in this ledger whose image installs "
+                f"the wheel {a.subject.digest} of {a.source_env} (wheel_from)",
+                hint=_FOREIGN_HINT,
+            )
+        shown = safeio.describe(ledger_path(root, a.source_env), root)
+        if a.source_env not in sources:
+            sources[a.source_env] = _source_facts(root, a, where(a), shown)
+        fact = sources[a.source_env].get(a.verdict_id)
+        if not isinstance(fact, VerdictFact):
+            what = "no fact" if fact is None else f"a fact of kind {fact.kind}, not a verdict,"
+            raise RecordError(
+                f"{where(a)}: field verdict_id: {shown} has {what} with id {a.verdict_id} "
+                f"(this applies says that verdict of {a.source_env} holds for build {a.artifact_id[7:19]})",
+                hint=_FOREIGN_HINT,
+            )
+        if fact.tier is not a.tier or fact.subject != a.subject:
+            name = "tier" if fact.tier is not a.tier else "subject"
+            raise RecordError(
+                f"{where(a)}: field {name}: this applies names {a.tier} on {a.subject.kind} {a.subject.digest}, "
+                f"but verdict {a.verdict_id[7:19]} in {shown} is {fact.tier} on {fact.subject.kind} "
+                f"{fact.subject.digest}",
+                hint=_FOREIGN_HINT,
+            )
+        out[a.verdict_id] = fact
+    return out
+
+
+def _source_facts(root: Path, a: Applies, at: str, shown: str) -> dict[str, Fact]:
+    assert a.source_env is not None
+    if not os.path.lexists(ledger_path(root, a.source_env)):
+        raise RecordError(
+            f"{at}: field source_env: {a.source_env} has no ledger ({shown}) to hold verdict {a.verdict_id}",
+            hint=_FOREIGN_HINT,
+        )
+    try:
+        return load_own(root, a.source_env).by_id()  # one level: its own cross-env applies stay unresolved
+    except RecordError as exc:
+        raise RecordError(f"{at}: field source_env: the ledger of {a.source_env} is unreadable: {exc}") from None
 
 
 def lock_for(path: Path):
@@ -190,12 +292,20 @@ def _append_locked(root: Path, env: str, path: Path, facts: list[Fact]) -> tuple
         known.add(fact.id)
         added.append(fact)
         lines.append(line)
+    # A cross-env applies is checked against its source ledger before it is written (see the module docstring).
+    shown = safeio.describe(path, root)
+    foreign = resolve_foreign(
+        root,
+        [f for f in added if isinstance(f, Applies)],
+        current.facts + tuple(added),
+        lambda a: f"refusing to append applies {a.id[7:19]} to {shown}",
+    )
     if lines:
         old = path.read_text(encoding="utf-8") if path.exists() else ""
         if old and not old.endswith("\n"):
-            raise RecordError(f"{safeio.describe(path, root)}: the last line is incomplete; restore the file from git")
+            raise RecordError(f"{shown}: the last line is incomplete; restore the file from git")
         write_text_atomic(path, old + "".join(line + "\n" for line in lines))
-    return Ledger(env, current.facts + tuple(added)), added
+    return Ledger(env, current.facts + tuple(added), {**current.foreign, **foreign}), added
 
 
 __all__ = ["DIR", "Ledger", "append", "canonical", "check_body", "ledger_path", "legacy_path", "load", "parse_lines"]
