@@ -542,6 +542,91 @@ def test_build_label():
     assert doctor.build_label("0.1.0+local") is None
 
 
+def test_build_label_of_a_stable_abi_wheel():
+    # CUDA major, the oldest torch it fits, no cxx11 flag (only C symbols cross into libtorch)
+    label = doctor.build_label("0.1.0+cu13stable2.10")
+    assert label == doctor.BuildLabel("2.10", "13", None, None, stable=True)
+    assert [label.fits_torch(v) for v in ("2.9.1+cu130", "2.10.0", "2.13.0+cu130", "3.0.0")] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    # a version-bound label fits its own torch minor only
+    bound = doctor.build_label("0.1.0+cu130torch2.11cxx11abiTRUE")
+    assert not bound.stable and bound.fits_torch("2.11.0") and not bound.fits_torch("2.13.0")
+
+
+STABLE = "0.1.0+cu13stable2.10"
+
+
+@pytest.fixture(scope="module")
+def stable(tmp_path_factory):
+    return built(build.stable_case, tmp_path_factory.mktemp("stable"))
+
+
+def test_stable_wheel_on_a_torch_older_than_its_target(stable):
+    """torch_library_impl (new in torch 2.10) is missing from a torch 2.9: the stable wheel needs torch >= 2.10."""
+    module = inspect(stable["module"], dirs=[stable["v2_9"].parent])
+    old = facts(modules=[module], torch=torch_facts("2.9.1+cu130", "13.0"), distributions=[_dist(STABLE)])
+    diag = doctor.diagnose(old)
+    [sym] = [f for f in diag.findings if f.code == "undefined-symbol"]
+    assert sym.details["symbol"] == "torch_library_impl"
+    assert sym.cause.startswith("this stable-ABI wheel needs torch >= 2.10: `torch_library_impl` is a function")
+    assert "torch 2.9.1+cu130 does not export" in sym.cause
+    assert "every later torch built with CUDA 13" in sym.cause
+    assert sym.fix.startswith("install torch >= 2.10 built with CUDA 13 (this one wheel fits them all)")
+    [f] = [f for f in diag.findings if f.code == "built-for-another-torch"]
+    assert f.severity == "error"
+    assert f.what == (
+        f"flash_kernels {STABLE} was built for the stable ABI of torch >= 2.10 with CUDA 13; "
+        "this environment has torch 2.9.1+cu130 with CUDA 13.0"
+    )
+    assert f.cause.startswith(
+        "this stable-ABI wheel needs torch >= 2.10 (it fits torch 2.10 and every later torch with CUDA 13): "
+    )
+    assert "its version label +cu13stable2.10" in f.cause and "`torch_library_impl`" in f.cause
+    assert "or keep this wheel: install any torch >= 2.10 built with CUDA 13" in f.fix
+    assert f.details["symbols"] == ["torch_library_impl"] and f.details["built_for"]["stable_abi"] is True
+    # The same module from a version-bound wheel keeps the old explanation.
+    bound = dataclasses.replace(old, distributions=(_dist("0.1.0+cu130torch2.9cxx11abitrue"),))
+    [sym] = [f for f in doctor.diagnose(bound).findings if f.code == "undefined-symbol"]
+    assert "stable-ABI" not in sym.cause
+    # The loader's message alone (no ELF reading) gets the same cause.
+    loader = probe.ModuleFacts(
+        "/site/flash_kernels/_C.abi3.so",
+        "flash_kernels",
+        "flash_kernels",
+        elf.extension_tag("_C.abi3.so"),
+        import_error="ImportError: /site/flash_kernels/_C.abi3.so: undefined symbol: torch_library_impl",
+        import_tried=True,
+        loader_symbol=("torch_library_impl", "torch_library_impl"),
+    )
+    found = doctor.module_findings(loader, doctor.Target(torch_version="2.9.1"), doctor.build_label(STABLE))
+    [f] = [f for f in found if f.code == "undefined-symbol"]
+    assert f.cause.startswith("this stable-ABI wheel needs torch >= 2.10")
+
+
+def test_stable_wheel_fits_every_later_torch_of_its_cuda_major(stable, specs):
+    module = inspect(stable["module"], dirs=[stable["v2_10"].parent])
+    new = facts(modules=[module], torch=torch_facts("2.13.0+cu130", "13.0"), distributions=[_dist(STABLE)])
+    diag = doctor.diagnose(new)
+    assert "built-for-another-torch" not in codes(diag.findings) and diag.exit_code == 0
+    [f] = [f for f in diag.findings if f.code == "stable-abi-wheel"]
+    assert f.severity == "info"
+    assert f.what == (
+        f"flash_kernels {STABLE} is a stable-ABI wheel: it fits torch 2.10 and every later torch with CUDA 13, "
+        "so this environment's torch 2.13.0+cu130 with CUDA 13.0 too"
+    )
+    # the same torch minor, another CUDA major: it does not fit
+    cu12 = dataclasses.replace(new, modules=(), torch=torch_facts("2.13.0+cu128", "12.8"))
+    [w] = [f for f in doctor.diagnose(cu12, specs=specs).findings if f.code == "built-for-another-torch"]
+    assert w.severity == "warning"
+    assert "but only those built with CUDA 13 (this one has CUDA 12.8)" in w.cause
+    if _env(specs, "cu130-torch211") is not None:
+        assert "install any torch >= 2.10 built with CUDA 13, e.g. env cu130-torch2" in w.fix
+
+
 def test_built_for_another_torch_names_both_ways_out(specs):
     if _env(specs, "cu124-torch27") is None or _env(specs, "cu130-torch211") is None:
         pytest.skip("needs envs/cu124-torch27.yaml and envs/cu130-torch211.yaml")

@@ -269,6 +269,31 @@ def test_qualified_name():
     assert elf.qualified_name("some_data") == "some_data"
 
 
+def test_in_namespaces():
+    ns = ("c10::", "at::", "torch::", "caffe2::")
+    for name in (
+        "c10::cuda::SetDevice(int)",
+        "c10::TensorImpl::incref_pyobject() const",
+        "vtable for c10::Error",
+        "typeinfo for c10::Error",
+        "non-virtual thunk to at::Foo::bar()",
+        "void at::native::impl<int>()",  # a function template: its return type comes first
+        "unsigned long at::numel<long>(long)",
+        "caffe2::TypeMeta::error_unsupported_typemeta(caffe2::TypeMeta)",
+        "c10::Foo::operator bool() const",
+    ):
+        assert elf.in_namespaces(name, ns), name
+    for name in (
+        "std::vector<c10::IValue, std::allocator<c10::IValue> >::push_back(c10::IValue const&)",
+        "std::shared_ptr<at::Tensor>::reset()",
+        "operator new(unsigned long)",
+        "foo(c10::Device)",
+        "aoti_torch_get_dim",
+        "torch_library_impl",
+    ):
+        assert not elf.in_namespaces(name, ns), name
+
+
 def test_unparsable_fatbin_falls_back_or_says_why(cuda_objects, tmp_path, monkeypatch):
     from elftools.elf.elffile import ELFFile
 

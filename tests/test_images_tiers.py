@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.binary import fatbin
+from flashkit.binary import fatbin, torch_abi
 from flashkit.images import tiers
 from flashkit.images.build import BuildResult
 
@@ -162,8 +162,15 @@ def _gxx(out: Path, src: str, *extra: str) -> None:
     subprocess.run(["g++", "-shared", "-fPIC", "-O0", str(c), "-o", str(out), *extra], check=True)
 
 
-def _fake_image(tmp: Path, provider_signature: str, ext_extra: str = "") -> tuple[str, dict]:
-    """A root with libc, an interpreter, torch/lib/libc10.so and an installed extension."""
+def _fake_image(
+    tmp: Path, provider_signature: str, ext_extra: str = "", *, shim: tuple[str, ...] = (), ext_src: str | None = None
+) -> tuple[str, dict]:
+    """A root with libc, an interpreter, torch/lib/libc10.so and an installed extension.
+
+    ``shim``: C functions a torch/lib/libtorch_cpu.so exports, which torch._C and the extension then
+    link (as torch's own libtorch.so does); ``ext_src``: the extension's source instead of one that
+    calls c10::cuda::SetDevice(int).
+    """
     root = tmp / "root"
     libdir = root / "usr/lib/x86_64-linux-gnu"
     libdir.mkdir(parents=True)
@@ -180,26 +187,30 @@ def _fake_image(tmp: Path, provider_signature: str, ext_extra: str = "") -> tupl
         f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}) {{}} }} }}\n",
         "-Wl,-soname,libc10.so",
     )
+    link = [f"-L{torch_lib}", "-lc10"]
+    if shim:
+        exports = "".join(f'extern "C" int {name}() {{ return 0; }}\n' for name in shim)
+        _gxx(torch_lib / "libtorch_cpu.so", exports, "-Wl,-soname,libtorch_cpu.so")
+        link += ["-Wl,--push-state,--no-as-needed", "-ltorch_cpu", "-Wl,--pop-state"]
     # torch._C really uses c10 (else --as-needed drops the DT_NEEDED entry).
     sig_arg = "(signed char)0" if "char" in provider_signature else "0"
     _gxx(
         site / "torch/_C.cpython-311-x86_64-linux-gnu.so",
         f"namespace c10 {{ namespace cuda {{ void SetDevice({provider_signature}); }} }}\n"
         f"void torch_init() {{ c10::cuda::SetDevice({sig_arg}); }}\n",
-        f"-L{torch_lib}",
-        "-lc10",
+        *link,
         "-Wl,-rpath,$ORIGIN/lib",
     )
     pkg = site / "flash_kernels"
     pkg.mkdir()
     _gxx(
         pkg / "_C.abi3.so",
-        "#include <cstddef>\nnamespace c10 { namespace cuda { void SetDevice(int); } }\n"
+        ext_src
+        or "#include <cstddef>\nnamespace c10 { namespace cuda { void SetDevice(int); } }\n"
         'extern "C" void* PyLong_FromLong(long);\n'
         + ext_extra
         + 'extern "C" void* go() { c10::cuda::SetDevice(0); return PyLong_FromLong(1); }\n',
-        f"-L{torch_lib}",
-        "-lc10",
+        *link,
     )
     probe = {
         "python": "/usr/bin/python3",
@@ -255,3 +266,93 @@ def test_abi_flags_a_missing_library(tmp_path):
     verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
     assert verdict == "failed"
     assert "needs libc10.so, not found in the image" in "\n".join(reasons)
+
+
+# ---------------------------------------------------------------------------
+# stable-ABI wheels (+cu13stable2.10): torch's C shim only, from a torch at least as new as the target
+
+STABLE_WHEEL = "flash_kernels-0.1.0+cu13stable2.10-cp39-abi3-linux_x86_64.whl"
+# An extension on torch's stable ABI: it calls the C shim only (what csrc/torch_api.h's stable mode compiles to).
+SHIM_EXT = (
+    'extern "C" int aoti_torch_get_dim(void*, long*);\n'
+    'extern "C" int torch_library_impl(const char*, void*, unsigned long);\n'
+    'extern "C" void* PyLong_FromLong(long);\n'
+    'extern "C" void* go() { long d = 0; aoti_torch_get_dim(nullptr, &d); return PyLong_FromLong(d); }\n'
+    'extern "C" int reg() { return torch_library_impl("fwd", nullptr, 0); }\n'
+)
+
+
+def test_stable_abi_target_from_wheel_name():
+    assert torch_abi.stable_abi_target(STABLE_WHEEL) == (2, 10)
+    assert torch_abi.stable_abi_target("flash_kernels-0.1.0+cu12stable2.12-cp310-abi3-linux_x86_64.whl") == (2, 12)
+    # version-bound labels, either case, and no label at all
+    for name in (
+        "flash_kernels-0.1.0+cu130torch2.11cxx11abiTRUE-cp39-abi3-linux_x86_64.whl",
+        "flash_kernels-0.1.0+cu130torch2.11cxx11abitrue-cp39-abi3-linux_x86_64.whl",
+        WHEEL_NAME,
+        "not-a-wheel",
+    ):
+        assert torch_abi.stable_abi_target(name) is None, name
+
+
+@needs_gxx
+def test_stable_wheel_must_not_take_torch_cxx_symbols(tmp_path):
+    # The extension calls c10::cuda::SetDevice(int), which the image defines: fine for a version-bound
+    # wheel, a broken promise for a stable one.
+    root, probe = _fake_image(tmp_path, "int", shim=("aoti_torch_get_dim",))
+    probe = {**probe, "torch_version": "2.11.0+cu130"}
+    verdict, counts, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
+    assert verdict == "passed", reasons
+    assert "shim_symbols" not in counts  # the version-bound rule is unchanged
+    verdict, counts, reasons = tiers.check_abi_in_root(root, probe, STABLE_WHEEL, spec())
+    assert verdict == "failed"
+    assert counts["failed"] == 1 and counts["torch_cxx_symbols"] == 1 and counts["shim_symbols"] == 0
+    text = "\n".join(reasons)
+    assert "1 undefined symbol(s) of torch's C++ API (c10::, at::, torch::, caffe2::) in a stable-ABI wheel" in text
+    assert "`c10::cuda::SetDevice(int)`" in text
+
+
+@needs_gxx
+def test_stable_wheel_taking_only_the_c_shim_passes(tmp_path):
+    root, probe = _fake_image(tmp_path, "int", shim=("aoti_torch_get_dim", "torch_library_impl"), ext_src=SHIM_EXT)
+    probe = {**probe, "torch_version": "2.13.0+cu130"}
+    verdict, counts, reasons = tiers.check_abi_in_root(root, probe, STABLE_WHEEL, spec())
+    assert verdict == "passed", reasons
+    assert counts["checked"] == 1 and counts["shim_symbols"] == 2 and counts["torch_cxx_symbols"] == 0
+    assert "stable ABI of torch >= 2.10: no torch C++ symbols, 2 C shim symbols exported by torch 2.13.0" in reasons[0]
+    assert "(libtorch_cpu.so)" in reasons[0]
+
+
+@needs_gxx
+def test_stable_wheel_on_a_torch_older_than_its_target(tmp_path):
+    # torch 2.9 has aoti_torch_get_dim but not torch_library_impl (new in 2.10).
+    root, probe = _fake_image(tmp_path, "int", shim=("aoti_torch_get_dim",), ext_src=SHIM_EXT)
+    old = {**probe, "torch_version": "2.9.1+cu128"}
+    verdict, counts, reasons = tiers.check_abi_in_root(root, old, STABLE_WHEEL, spec())
+    assert verdict == "failed" and counts["shim_symbols"] == 2
+    text = "\n".join(reasons)
+    assert "the image has torch 2.9.1+cu128, older than 2.10: the wheel targets the stable ABI of torch >= 2.10" in text
+    assert (
+        "torch_library_impl is not exported by this torch's libraries (libtorch_cpu.so): "
+        "the wheel targets the stable ABI of torch >= 2.10"
+    ) in text
+    assert "undefined symbol `torch_library_impl`" not in text  # said once, with its cause
+    assert "aoti_torch_get_dim" not in text
+    # A torch new enough that still lacks it: the wheel's label understates what it uses.
+    verdict, _, reasons = tiers.check_abi_in_root(root, {**probe, "torch_version": "2.11.0"}, STABLE_WHEEL, spec())
+    assert verdict == "failed"
+    assert "older than" not in reasons[0]
+    assert "uses a newer stable ABI than its label says" in reasons[0]
+
+
+@needs_gxx
+def test_stable_wheel_without_torch_libraries_in_the_image(tmp_path):
+    root, probe = _fake_image(tmp_path, "int", shim=("aoti_torch_get_dim", "torch_library_impl"), ext_src=SHIM_EXT)
+    os.remove(os.path.join(root, "usr/lib/python3/site-packages/torch/lib/libtorch_cpu.so"))
+    verdict, _, reasons = tiers.check_abi_in_root(root, probe, STABLE_WHEEL, spec())
+    assert verdict == "failed"
+    assert (
+        "none of libtorch_cpu.so, libtorch_cuda.so, libtorch.so in /usr/lib/python3/site-packages/torch/lib"
+        in (reasons[0])
+    )
+    assert "needs libtorch_cpu.so, not found in the image" in reasons[0]

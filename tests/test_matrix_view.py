@@ -50,6 +50,21 @@ def test_the_default_fits_80_columns(cli, recorded):
     assert "P.F-." in next(x for x in lines if x.startswith("cu124-torch26 "))
     assert "cu124-torch27: verdicts only at older input hashes" in lines
     assert lines[-1] == "details: flashkit matrix --wide (or --json)"
+    assert not any("stable ABI" in x for x in lines)  # said only where a stable-ABI wheel is shown
+
+
+def test_a_stable_abi_wheel_is_shown_whole_and_explained(cli, kit_repo):
+    from flashkit.cli.matrix_cmd import STABLE_LEGEND, short_local
+
+    assert short_local("cu13stable2.10") == "cu13stable2.10"
+    stable = "flash_kernels-0.1.0+cu13stable2.10-cp310-abi3-linux_x86_64.whl"
+    art = artifact(ENV, input_hash(kit_repo, ENV))
+    art = type(art)(**{**art.__dict__, "wheel": stable})
+    full_ledger(kit_repo, art)
+    lines = cli("--repo", str(kit_repo), "matrix").out.splitlines()
+    assert all(len(x) <= 80 for x in lines)
+    assert " +cu13stable2.10 " in next(x for x in lines if x.startswith(ENV + " "))
+    assert STABLE_LEGEND in lines
 
 
 def test_a_rejected_env_still_fits_and_names_its_rule(cli, recorded):

@@ -119,3 +119,24 @@ def test_a_folder_flashkit_did_not_write_is_never_replaced(cli, two_verified, tm
 def test_bad_combinations_are_usage_errors(cli, kit_repo, tmp_path, args, says):
     r = cli("--repo", str(kit_repo), "wheelhouse", *args, "--out", str(tmp_path / "o"))
     assert r.code == 2 and says in r.err
+
+
+def test_two_wheels_of_one_name_are_refused_with_what_to_do():
+    from types import SimpleNamespace
+
+    from flashkit.core.errors import PublishRefused
+    from flashkit.ledger.wheel_index import _names_unique
+
+    def wheel(env: str, name: str, digest: str):
+        return SimpleNamespace(env=env, path=Path("/x") / name, sha256=digest), {}
+
+    bound = "flash_kernels-0.1.0+cu130torch2.11cxx11abitrue-cp310-abi3-linux_x86_64.whl"
+    with pytest.raises(PublishRefused, match="share the file name") as exc:
+        _names_unique([wheel("a", bound, "1" * 64), wheel("b", bound, "2" * 64)])
+    assert "+cu<X>stable<A.B>" in exc.value.hint and "cxx11abi<true|false>" in exc.value.hint
+    # Two envs of one CUDA major build the same stable-ABI name: their labels cannot differ.
+    stable = "flash_kernels-0.1.0+cu13stable2.10-cp310-abi3-linux_x86_64.whl"
+    with pytest.raises(PublishRefused) as exc:
+        _names_unique([wheel("cu130-torch211", stable, "1" * 64), wheel("cu130-torch215", stable, "2" * 64)])
+    assert "one wheel for every torch >= A.B with CUDA X" in exc.value.hint
+    _names_unique([wheel("a", stable, "1" * 64), wheel("b", stable, "1" * 64)])  # the same bytes: one file

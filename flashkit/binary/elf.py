@@ -489,6 +489,53 @@ def qualified_name(demangled: str) -> str:
     return demangled
 
 
+# What the demangler puts before the entity a special name is about ("vtable for c10::Error").
+_SPECIAL_NAMES = (
+    "vtable for ",
+    "construction vtable for ",
+    "VTT for ",
+    "typeinfo for ",
+    "typeinfo name for ",
+    "typeinfo fn for ",
+    "guard variable for ",
+    "non-virtual thunk to ",
+    "virtual thunk to ",
+    "covariant return thunk to ",
+    "transaction clone for ",
+    "TLS init function for ",
+    "TLS wrapper function for ",
+)
+
+
+def _top_level_words(text: str) -> list[str]:
+    """``text`` split at the spaces outside <...> and (...): a return type and the name after it."""
+    words, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "<(":
+            depth += 1
+        elif c in ">)":
+            depth = max(0, depth - 1)
+        elif c == " " and depth == 0:
+            words.append(text[start:i])
+            start = i + 1
+    words.append(text[start:])
+    return [w for w in words if w]
+
+
+def in_namespaces(demangled: str, namespaces: Iterable[str]) -> bool:
+    """Whether a demangled C++ name is an entity of one of ``namespaces`` ("c10::"), or a vtable, typeinfo or
+    thunk of one. A function template's name comes after its return type ("void at::native::f<int>()"),
+    so every top-level word of the qualified name counts; template arguments and parameters do not."""
+    text = demangled
+    while True:
+        special = next((p for p in _SPECIAL_NAMES if text.startswith(p)), None)
+        if special is None:
+            break
+        text = text[len(special) :]
+    prefixes = tuple(namespaces)
+    return any(w.startswith(prefixes) for w in _top_level_words(qualified_name(text)))
+
+
 _CXX11_STRING = "std::basic_string<char, std::char_traits<char>, std::allocator<char> >"
 
 

@@ -26,10 +26,13 @@ LEGEND = (
     "  P passed  F failed  - not run  E error  . no verdict  ? ledger unreadable",
     "wheel local version, shortened: +cu130t2.11-cxx11 = +cu130torch2.11cxx11abitrue",
 )
+# Said only when a row shows a stable-ABI wheel, whose label is short enough to show whole.
+STABLE_LEGEND = "  +cu13stable2.10 = stable ABI: one wheel for torch >= 2.10 with CUDA 13"
 
 
 def short_local(local: str) -> str:
-    """The wheel's local version in fewer characters, every part of it still there."""
+    """The wheel's local version in fewer characters, every part of it still there. A stable-ABI label
+    (cu13stable2.10: CUDA major, oldest torch) has no torch minor or cxx11 flag to shorten and stays whole."""
     return local.replace("torch", "t").replace("cxx11abitrue", "-cxx11").replace("cxx11abifalse", "-precxx11")
 
 
@@ -100,6 +103,8 @@ def compact(rows: list[matrix.MatrixRow]) -> list[str]:
         elif r.status.startswith("unknown"):
             notes.append(f"{r.env}: {r.status}")
     out += list(LEGEND)
+    if any("stable" in (r.wheel_local or "") for r in rows):
+        out.append(STABLE_LEGEND)
     out += [fit(n, WIDTH) for n in notes]
     out.append("details: flashkit matrix --wide (or --json)")
     return out

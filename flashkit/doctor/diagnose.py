@@ -39,7 +39,16 @@ from typing import Any
 
 from flashkit.doctor import probe
 from flashkit.doctor.environment import built_for_findings, environment_findings
-from flashkit.doctor.model import SCHEMA_VERSION, SEVERITIES, Diagnosis, Finding, RepoProblem, Target, Verification
+from flashkit.doctor.model import (
+    SCHEMA_VERSION,
+    SEVERITIES,
+    Diagnosis,
+    Finding,
+    RepoProblem,
+    Target,
+    Verification,
+    build_label,
+)
 from flashkit.doctor.modules import module_findings
 from flashkit.doctor.recommend import gpu_capabilities, recommend
 
@@ -78,8 +87,10 @@ def diagnose(
         capabilities=caps,
     )
     findings = environment_findings(facts)
+    # a module's wheel label says how it binds to torch (a stable-ABI wheel: torch's C shim only)
+    labels = {d.name: build_label(d.version) for d in facts.distributions}
     for m in facts.modules:
-        findings.extend(module_findings(m, target))
+        findings.extend(module_findings(m, target, labels.get(m.distribution or "")))
     rec = None
     if repo_problem:
         findings.append(

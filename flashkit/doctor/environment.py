@@ -10,8 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flashkit.binary import fatbin
+from flashkit.binary.torch_abi import TORCH_NAMESPACES, is_shim_symbol
 from flashkit.doctor import probe
-from flashkit.doctor.model import MIN_DRIVER_FOR_CUDA, TORCH_NAMESPACES, Finding, Verification, capability, vkey
+from flashkit.doctor.model import (
+    MIN_DRIVER_FOR_CUDA,
+    BuildLabel,
+    Finding,
+    Verification,
+    build_label,
+    capability,
+    vkey,
+)
 from flashkit.doctor.recommend import verification_line
 
 # ---------------------------------------------------------------------------
@@ -296,40 +305,6 @@ def _nvcc_findings(facts: probe.Facts) -> list[Finding]:
 # What a flash-attention wheel was built for
 
 
-@dataclasses.dataclass(frozen=True)
-class BuildLabel:
-    """The torch/CUDA a wheel says it was built for, from its local version label.
-
-    flash_kernels (``0.1.0+cu130torch2.11cxx11abitrue``) and flash-attn's release
-    wheels (``+cu12torch2.6cxx11abiFALSE``) spell it the same way.
-    """
-
-    torch: str  # "2.11"
-    cuda: str | None = None  # "13.0", or "12" when the label names only the major
-    rocm: str | None = None
-    cxx11_abi: bool | None = None
-
-
-_BUILD_LABEL = re.compile(
-    r"(?:cu(?P<cu>\d+)|rocm(?P<rocm>\d+(?:\.\d+)*))?torch(?P<torch>\d+\.\d+)(?:cxx11abi(?P<abi>true|false))?",
-    re.IGNORECASE,
-)
-
-
-def build_label(version: str) -> BuildLabel | None:
-    if "+" not in version:
-        return None
-    m = _BUILD_LABEL.search(version.split("+", 1)[1])
-    if not m:
-        return None
-    cuda = None
-    if m.group("cu"):
-        digits = m.group("cu")
-        cuda = digits if len(digits) <= 2 else f"{digits[:-1]}.{digits[-1]}"
-    abi = m.group("abi")
-    return BuildLabel(m.group("torch"), cuda, m.group("rocm"), None if abi is None else abi.lower() == "true")
-
-
 def _minor(version: str) -> str:
     return ".".join(re.findall(r"\d+", version)[:2])
 
@@ -356,7 +331,9 @@ def built_for_findings(
 
     The evidence is the wheel's version label, the CUDA runtime its modules
     link (``libcudart.so.13``) and the module findings already made; it is an
-    error when those findings hold an error, a warning otherwise.
+    error when those findings hold an error, a warning otherwise. A stable-ABI
+    wheel (``+cu13stable2.10``) fits every torch from its target on with its CUDA
+    major: one that does gets an info finding saying so, not this one.
     """
     torch = facts.torch
     if torch is None or not torch.imported or not torch.version:
@@ -369,41 +346,80 @@ def built_for_findings(
             continue
         mods = [m for m in facts.modules if m.distribution == dist.name]
         built = _built_for(dist, mods)
-        if not built.differs_from(torch):
-            continue
         paths = {m.path for m in mods}
         errors = [f for f in findings if f.severity == "error" and f.details.get("module") in paths]
+        here = f"torch {torch.version}" + (f" with CUDA {torch.cuda}" if torch.cuda else "")
+        if not built.differs_from(torch):
+            if built.stable and torch.cuda and not errors:
+                out.append(_stable_fits_finding(dist, built, here))
+            continue
         symbols = [
             f.details["demangled"]
             for f in errors
             if f.code in ("undefined-symbol", "cxx-abi-mismatch")
             and str(f.details.get("demangled", "")).startswith(TORCH_NAMESPACES)
         ]
-        here = f"torch {torch.version}" + (f" with CUDA {torch.cuda}" if torch.cuda else "")
-        evidence = _built_for_evidence(dist, built, symbols, torch)
+        shim = [
+            f.details["symbol"]
+            for f in errors
+            if f.code == "undefined-symbol" and is_shim_symbol(str(f.details.get("symbol", "")))
+        ]
+        evidence = _built_for_evidence(dist, built, symbols, shim, torch)
         origin = _envs_built_for(built, specs)
         keep_torch = recommended in by_id and _minor(by_id[recommended].torch) == _minor(torch.version)
         ways = _ways_out(dist, torch, built, recommended if keep_torch else None, origin, describe)
+        cause = "a wheel built for another torch/CUDA combination"
+        if built.stable:
+            cause = _stable_misfit(built, torch)
         out.append(
             Finding(
                 "error" if errors else "warning",
                 "built-for-another-torch",
                 dist.name,
                 f"{dist.name} {dist.version} was built for {built.text}; this environment has {here}",
-                cause="a wheel built for another torch/CUDA combination"
-                + (": " + "; ".join(evidence) if evidence else ""),
+                cause=cause + (": " + "; ".join(evidence) if evidence else ""),
                 fix="; ".join(ways),
                 details={
                     "distribution": dist.name,
                     "version": dist.version,
-                    "built_for": {"torch": built.torch, "cuda": built.cuda},
+                    "built_for": {"torch": built.torch, "cuda": built.cuda, "stable_abi": built.stable},
                     "here": {"torch": torch.version, "cuda": torch.cuda},
-                    "symbols": symbols,
+                    "symbols": symbols + shim,
                     "envs": {"recommended": recommended, "built_for": origin[0] if origin else None},
                 },
             )
         )
     return out
+
+
+def _stable_fits_finding(dist: probe.Distribution, built: _Built, here: str) -> Finding:
+    """Why a wheel built with another torch than this one fits it: it is on torch's stable ABI."""
+    major = built.cuda_major
+    return Finding(
+        "info",
+        "stable-abi-wheel",
+        dist.name,
+        f"{dist.name} {dist.version} is a stable-ABI wheel: it fits torch {built.torch} and every later torch "
+        f"with CUDA {major}, so this environment's {here} too",
+        cause=f"built on torch's stable C ABI (TORCH_TARGET_VERSION {built.torch}): its compiled module takes "
+        "only torch's C shim (aoti_torch_*, torch_*) from libtorch, no C++ symbol bound to one torch minor",
+        details={
+            "distribution": dist.name,
+            "version": dist.version,
+            "built_for": {"torch": built.torch, "cuda": built.cuda, "stable_abi": True},
+        },
+    )
+
+
+def _stable_misfit(built: _Built, torch: probe.TorchFacts) -> str:
+    """Why a stable-ABI wheel does not fit this torch: too old, or another CUDA major."""
+    t, major = built.torch, built.cuda_major
+    if built.label is not None and not built.label.fits_torch(torch.version or ""):
+        return f"this stable-ABI wheel needs torch >= {t} (it fits torch {t} and every later torch with CUDA {major})"
+    return (
+        f"this stable-ABI wheel fits torch {t} and every later torch, but only those built with CUDA {major} "
+        f"(this one has CUDA {torch.cuda})"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,20 +428,32 @@ class _Built:
 
     label: BuildLabel | None
     cudart: tuple[str, ...]  # N of each libcudart.so.N its modules need, sorted
-    torch: str | None  # "2.6"
+    torch: str | None  # "2.6"; for a stable-ABI wheel the oldest torch it fits
     cuda: str | None  # "12.8", or "12"
 
+    @property
+    def stable(self) -> bool:
+        return self.label is not None and self.label.stable
+
+    @property
+    def cuda_major(self) -> str | None:
+        return self.cuda.split(".")[0] if self.cuda else None
+
     def differs_from(self, torch: probe.TorchFacts) -> bool:
-        """Whether torch here has another minor version, or another CUDA major, than the wheel's."""
-        torch_differs = self.torch is not None and self.torch != _minor(torch.version or "")
-        cuda_differs = (
-            self.cuda is not None and torch.cuda is not None and self.cuda.split(".")[0] != torch.cuda.split(".")[0]
-        )
+        """Whether torch here has another minor version (for a stable-ABI wheel: an older one than its target),
+        or another CUDA major, than the wheel's."""
+        if self.label is not None and self.stable:
+            torch_differs = not self.label.fits_torch(torch.version or "")
+        else:
+            torch_differs = self.torch is not None and self.torch != _minor(torch.version or "")
+        cuda_differs = self.cuda is not None and torch.cuda is not None and self.cuda_major != torch.cuda.split(".")[0]
         return torch_differs or cuda_differs
 
     @property
     def text(self) -> str:
         """What it was built for, as the messages say it ("torch 2.6 with CUDA 12"); "" when unknown."""
+        if self.stable:
+            return f"the stable ABI of torch >= {self.torch} with CUDA {self.cuda_major}"
         parts = (f"torch {self.torch}" if self.torch else None, f"CUDA {self.cuda}" if self.cuda else None)
         return " with ".join(x for x in parts if x)
 
@@ -439,7 +467,7 @@ def _built_for(dist: probe.Distribution, mods: Sequence[probe.ModuleFacts]) -> _
 
 
 def _built_for_evidence(
-    dist: probe.Distribution, built: _Built, symbols: Sequence[str], torch: probe.TorchFacts
+    dist: probe.Distribution, built: _Built, symbols: Sequence[str], shim: Sequence[str], torch: probe.TorchFacts
 ) -> list[str]:
     """Why the wheel is taken to be built for another torch: its label, the CUDA runtime it links, torch symbols."""
     evidence = []
@@ -451,6 +479,11 @@ def _built_for_evidence(
     if symbols:
         evidence.append(
             f"{len(symbols)} torch C++ symbol(s) that torch {torch.version} does not define, e.g. `{symbols[0]}`"
+        )
+    if shim:
+        evidence.append(
+            f"{len(shim)} function(s) of torch's stable C shim that torch {torch.version} does not export, "
+            f"e.g. `{shim[0]}`"
         )
     return evidence
 
@@ -468,7 +501,10 @@ def _ways_out(
         ways = [f"keep torch {torch.version}: install the {dist.name} wheel (or the image) of " + describe(recommended)]
     else:
         ways = [f"rebuild {dist.name} against torch {torch.version}"]
-    if origin:
+    if built.stable:
+        any_torch = f"any torch >= {built.torch} built with CUDA {built.cuda_major}"
+        ways.append(f"or keep this wheel: install {any_torch}" + (", e.g. " + describe(origin[0]) if origin else ""))
+    elif origin:
         ways.append("or keep this wheel: use the combination it was built for, " + describe(origin[0]))
     elif built.text:
         ways.append(f"or install the torch it was built for ({built.text})")
@@ -476,12 +512,13 @@ def _ways_out(
 
 
 def _envs_built_for(built: _Built, specs: Sequence[Any] | None) -> list[str]:
-    """The env ids with the torch minor, and (when known) the CUDA major, the wheel was built for."""
+    """The env ids with the torch minor (a stable-ABI wheel: any torch from its target on) and, when known,
+    the CUDA major the wheel was built for."""
     return [
         str(s.id)
         for s in specs or ()
         if built.torch
-        and _minor(s.torch) == built.torch
+        and (built.label.fits_torch(s.torch) if built.label and built.stable else _minor(s.torch) == built.torch)
         and (
             built.cuda is None
             or (s.accelerator.kind == "cuda" and s.accelerator.major == int(built.cuda.split(".")[0]))

@@ -7,14 +7,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from flashkit.binary.torch_abi import STABLE_LABEL
 from flashkit.core.errors import EXIT_DOCTOR_PROBLEMS as EXIT_PROBLEMS
 from flashkit.core.errors import EXIT_DOCTOR_UNINSPECTED as EXIT_UNINSPECTED
 
 EXIT_HEALTHY = 0
 SCHEMA_VERSION = 1
 SEVERITIES = ("error", "warning", "info", "uninspected")
-# C++ namespaces of torch's own API: an undefined symbol in them means "built for another torch".
-TORCH_NAMESPACES = ("c10::", "at::", "torch::", "caffe2::")
 TORCH_LIBS = re.compile(r"^lib(c10|torch|shm|caffe2)[\w.-]*\.so")
 # Minimum Linux driver for each CUDA major under minor-version compatibility
 # (CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions").
@@ -30,6 +29,55 @@ def capability(text: str) -> tuple[int, int]:
     """ "9.0" -> (9, 0); ValueError for anything else."""
     major, minor = text.split(".")[:2]
     return int(major), int(minor)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildLabel:
+    """The torch/CUDA a wheel says it was built for, from its local version label.
+
+    flash_kernels (``0.1.0+cu130torch2.11cxx11abitrue``) and flash-attn's release
+    wheels (``+cu12torch2.6cxx11abiFALSE``) spell it the same way: bound to that torch minor.
+    A stable-ABI wheel (``+cu13stable2.10``, ``stable`` True) names the oldest torch it fits
+    instead: it fits that torch and every later one of its CUDA major.
+    """
+
+    torch: str  # "2.11"; for a stable wheel the oldest torch it fits, "2.10"
+    cuda: str | None = None  # "13.0", or "12" when the label names only the major
+    rocm: str | None = None
+    cxx11_abi: bool | None = None  # None for a stable wheel: only C symbols cross into libtorch
+    stable: bool = False
+
+    def fits_torch(self, version: str) -> bool:
+        """Whether a torch of ``version`` ("2.13.0+cu130") is one this label's torch part fits."""
+        here = ".".join(re.findall(r"\d+", version)[:2])
+        return vkey(here) >= vkey(self.torch) if self.stable else here == self.torch
+
+
+_BUILD_LABEL = re.compile(
+    r"(?:cu(?P<cu>\d+)|rocm(?P<rocm>\d+(?:\.\d+)*))?torch(?P<torch>\d+\.\d+)(?:cxx11abi(?P<abi>true|false))?",
+    re.IGNORECASE,
+)
+
+
+def _cuda_of_label(digits: str) -> str:
+    """cu130 -> "13.0"; cu12 -> "12" (the major only)."""
+    return digits if len(digits) <= 2 else f"{digits[:-1]}.{digits[-1]}"
+
+
+def build_label(version: str) -> BuildLabel | None:
+    if "+" not in version:
+        return None
+    local = version.split("+", 1)[1]
+    stable = STABLE_LABEL.search(local)
+    if stable:
+        torch = f"{stable.group('major')}.{stable.group('minor')}"
+        return BuildLabel(torch, _cuda_of_label(stable.group("cu")), stable=True)
+    m = _BUILD_LABEL.search(local)
+    if not m:
+        return None
+    cuda = _cuda_of_label(m.group("cu")) if m.group("cu") else None
+    abi = m.group("abi")
+    return BuildLabel(m.group("torch"), cuda, m.group("rocm"), None if abi is None else abi.lower() == "true")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from flashkit.binary import elf, fatbin, linking
+from flashkit.binary.torch_abi import TORCH_NAMESPACES, is_shim_symbol
 from flashkit.doctor import probe
-from flashkit.doctor.model import TORCH_LIBS, TORCH_NAMESPACES, Finding, Target, capability, vkey
+from flashkit.doctor.model import (
+    TORCH_LIBS,
+    BuildLabel,
+    Finding,
+    Target,
+    capability,
+    vkey,
+)
 
 # Compiled modules
 
@@ -29,8 +37,11 @@ def _rebuild_fix(m: probe.ModuleFacts, target: Target) -> str:
     )
 
 
-def symbol_finding(u: linking.UnresolvedSymbol, m: probe.ModuleFacts, target: Target) -> Finding:
-    """Name the likely cause of one undefined symbol, from its name and its near misses."""
+def symbol_finding(
+    u: linking.UnresolvedSymbol, m: probe.ModuleFacts, target: Target, built: BuildLabel | None = None
+) -> Finding:
+    """Name the likely cause of one undefined symbol, from its name and its near misses
+    (and ``built``, the label of the wheel the module came with, when it says stable ABI)."""
     shown = u.demangled if u.demangled != u.name else u.name
     ver = f"@{u.version}" if u.version else ""
     what = f"undefined symbol: {u.name}{ver} ({shown})" if shown != u.name else f"undefined symbol: {u.name}{ver}"
@@ -45,7 +56,7 @@ def symbol_finding(u: linking.UnresolvedSymbol, m: probe.ModuleFacts, target: Ta
     if abi:
         code, (cause, fix) = "cxx-abi-mismatch", _cxx_abi_mismatch(u, abi[0], target)
     else:
-        code, (cause, fix) = "undefined-symbol", _undefined_symbol_cause(u, shown, m, target)
+        code, (cause, fix) = "undefined-symbol", _undefined_symbol_cause(u, shown, m, target, built)
     return Finding("error", code, m.path, what, cause=cause, fix=fix, details=details)
 
 
@@ -70,7 +81,7 @@ def _cxx_abi_mismatch(u: linking.UnresolvedSymbol, near: linking.NearMiss, targe
 
 
 def _undefined_symbol_cause(
-    u: linking.UnresolvedSymbol, shown: str, m: probe.ModuleFacts, target: Target
+    u: linking.UnresolvedSymbol, shown: str, m: probe.ModuleFacts, target: Target, built: BuildLabel | None = None
 ) -> tuple[str, str]:
     """(cause, fix) of a symbol nothing in scope defines, judged by its near misses, then by its name."""
     if u.near_misses:
@@ -83,6 +94,8 @@ def _undefined_symbol_cause(
             + (f" (torch here is {target.torch_version})" if from_torch and target.torch_version else "")
         )
         return cause, _rebuild_fix(m, target)
+    if built is not None and built.stable and is_shim_symbol(u.name):
+        return _stable_shim_cause(u, m, target, built)
     if shown.startswith(TORCH_NAMESPACES) or u.name.startswith(("aoti_torch_", "THP")):
         cause = "built against another torch version: no loaded torch library defines it" + (
             f" (torch here is {target.torch_version})" if target.torch_version else ""
@@ -101,6 +114,28 @@ def _undefined_symbol_cause(
     return (
         "no library in the load scope defines it: a library it was built against is missing or different",
         _rebuild_fix(m, target),
+    )
+
+
+def _stable_shim_cause(
+    u: linking.UnresolvedSymbol, m: probe.ModuleFacts, target: Target, built: BuildLabel
+) -> tuple[str, str]:
+    """(cause, fix) of a function of torch's stable C shim that the loaded torch lacks, in a stable-ABI wheel."""
+    dist = m.distribution or m.package
+    here = target.torch_version
+    shim = f"`{u.name}` is a function of torch's stable C ABI that {f'torch {here}' if here else 'this torch'} "
+    if here and built.fits_torch(here):  # a torch new enough lacks it: the wheel uses more than its label says
+        return (
+            shim + f"does not export, though the wheel's label says torch >= {built.torch} is enough: it was "
+            "built against a newer stable ABI than it claims (TORCH_TARGET_VERSION)",
+            f"rebuild {dist} for the stable ABI of torch {built.torch}, or install the newer torch it was built against",
+        )
+    cuda = f" built with CUDA {built.cuda.split('.')[0]}" if built.cuda else ""
+    return (
+        f"this stable-ABI wheel needs torch >= {built.torch}: " + shim + "does not export "
+        f"(the wheel fits torch {built.torch} and every later torch{cuda})",
+        f"install torch >= {built.torch}{cuda} (this one wheel fits them all), or the {dist} wheel/image of "
+        "the flashkit env that matches this torch (see the recommendation)",
     )
 
 
@@ -139,14 +174,14 @@ def _policy_glibc(policy: str | None) -> str | None:
     return elf.glibc_of_policy(policy) if policy else None
 
 
-def module_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
-    """Everything wrong (or unknown) about one compiled module."""
+def module_findings(m: probe.ModuleFacts, target: Target, built: BuildLabel | None = None) -> list[Finding]:
+    """Everything wrong (or unknown) about one compiled module; ``built``: its wheel's version label, if any."""
     out = [
         *_inspection_findings(m),
         *_python_tag_findings(m, target),
         *_import_failure_findings(m),
-        *_resolution_findings(m, target),
-        *_loader_symbol_findings(m, target),
+        *_resolution_findings(m, target, built),
+        *_loader_symbol_findings(m, target, built),
     ]
     # the loader's own verdict on libc's versions (missing_versions) already says it for this system
     res = m.resolution
@@ -224,7 +259,7 @@ def _import_failure_findings(m: probe.ModuleFacts) -> list[Finding]:
     ]
 
 
-def _resolution_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
+def _resolution_findings(m: probe.ModuleFacts, target: Target, built: BuildLabel | None) -> list[Finding]:
     """What loading the module against the load scope leaves unresolved: libraries, versions, symbols."""
     res = m.resolution
     if res is None:
@@ -234,7 +269,7 @@ def _resolution_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
     # provide (torch's C++ API when libcudart is missing) are still this module's problem
     for u in res.unresolved:
         if not any(_may_provide(miss.name, u) for miss in res.missing_libraries):
-            out.append(symbol_finding(u, m, target))
+            out.append(symbol_finding(u, m, target, built))
     for path, reason in res.unreadable:
         out.append(
             Finding(
@@ -304,12 +339,12 @@ def _missing_version_findings(m: probe.ModuleFacts, res: linking.Resolution) -> 
     return out
 
 
-def _loader_symbol_findings(m: probe.ModuleFacts, target: Target) -> list[Finding]:
+def _loader_symbol_findings(m: probe.ModuleFacts, target: Target, built: BuildLabel | None) -> list[Finding]:
     # no ELF reading here (e.g. no pyelftools): the loader's own message still names the symbol
     if m.resolution is not None or not m.loader_symbol:
         return []
     name, demangled = m.loader_symbol
-    found = symbol_finding(linking.UnresolvedSymbol(name, demangled, None, None, "?", ()), m, target)
+    found = symbol_finding(linking.UnresolvedSymbol(name, demangled, None, None, "?", ()), m, target, built)
     return [dataclasses.replace(found, details={**found.details, "source": "loader message"})]
 
 
@@ -440,7 +475,7 @@ def _may_provide(library: str, u: linking.UnresolvedSymbol) -> bool:
     if re.match(r"libcuda\.so", library):
         return u.name.startswith("cu")
     if TORCH_LIBS.match(library):
-        return u.demangled.startswith(TORCH_NAMESPACES) or u.name.startswith(("aoti_torch_", "THP", "_Z"))
+        return u.demangled.startswith(TORCH_NAMESPACES) or is_shim_symbol(u.name) or u.name.startswith(("THP", "_Z"))
     if library.startswith("libpython"):
         return u.name.startswith(("Py", "_Py"))
     return True

@@ -3,7 +3,9 @@
 - ``build``: the CUDA code in the wheel's compiled objects is exactly the spec's arch list.
 - ``abi``: every undefined dynamic symbol of each compiled object resolves against the
   libraries inside the runtime image, symbol versions stay within the env's glibc policy,
-  and an abi3 object uses only the limited API of its minimum Python.
+  and an abi3 object uses only the limited API of its minimum Python. A stable-ABI wheel
+  (``+cu13stable2.10``) must also take nothing from torch's C++ API (c10::, at::, torch::,
+  caffe2::), only its C shim, exported by the image's torch, which is at least the wheel's target.
 - ``cpu``: the kernel suite's CPU tier inside the runtime container (JUnit XML counts).
 - ``gpu``: the suite's GPU tier with ``--gpus all``, or not-run with the reason.
 
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashkit.binary import elf, fatbin, linking
+from flashkit.binary.torch_abi import TORCH_NAMESPACES, is_shim_symbol, stable_abi_target, torch_cxx_symbols
 from flashkit.core.names import Tier, Verdict
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 from flashkit.images.build import BuildResult
@@ -44,16 +47,30 @@ SUITE_POLICY = {
 }
 DEFAULT_POLICY = ("manylinux_2_28", "3.4.24")  # torch's own wheels (2.7+) for bases we did not make
 
-# Asks the image's interpreter where things are without importing torch or the kernels.
+# Asks the image's interpreter where things are without importing torch or the kernels
+# (torch's version comes from its distribution metadata).
 _PROBE = r"""
-import importlib.util, json, os, sys, sysconfig
+import importlib.metadata, importlib.util, json, os, sys, sysconfig
 def loc(name):
     spec = importlib.util.find_spec(name)
     return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+def version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 print(json.dumps({"python": os.path.realpath(sys.executable), "version": list(sys.version_info[:2]),
     "libpython": sysconfig.get_config_var("LDLIBRARY"), "libdir": sysconfig.get_config_var("LIBDIR"),
-    "flash_kernels": loc("flash_kernels"), "torch": loc("torch")}))
+    "flash_kernels": loc("flash_kernels"), "torch": loc("torch"), "torch_version": version("torch")}))
 """
+# Where torch's C shim is defined: libtorch_cpu.so (almost all of it), libtorch_cuda.so (the CUDA stream
+# and guard functions), libtorch.so (a stub that links the two).
+TORCH_SHIM_LIBRARIES = ("libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so")
+SHOWN_SYMBOLS = 10  # offending symbols named per object; the rest are counted
+NO_DEMANGLER = (
+    "no C++ demangler on this host (c++filt, or libstdc++'s __cxa_demangle): the stable-ABI rule of {wheel} "
+    "(no torch C++ symbols) cannot be checked; install binutils"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +218,46 @@ def _abi3_minimum(wheel_name: str) -> tuple[int, int] | None:
     return (3, int(m.group(1))) if m else None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Stable:
+    """What a stable-ABI wheel is checked against: its target and the image's torch."""
+
+    target: tuple[int, int]
+    torch_version: str | None  # the image's, from its distribution metadata; None: unknown
+    libraries: tuple[elf.ElfObject, ...]  # the image's TORCH_SHIM_LIBRARIES that could be read
+    no_libraries: str  # why there are none, when there are none
+
+    @property
+    def target_text(self) -> str:
+        return f"{self.target[0]}.{self.target[1]}"
+
+    @property
+    def torch_older(self) -> bool:
+        """Whether the image's torch is known to be older than the target."""
+        m = re.match(r"(\d+)\.(\d+)", self.torch_version or "")
+        return bool(m) and (int(m.group(1)), int(m.group(2))) < self.target
+
+
+def _stable_context(root: str, probe: dict, target: tuple[int, int], cache: linking.ObjectCache) -> _Stable:
+    torch_dir = probe.get("torch")
+    libraries, unreadable = [], []
+    for name in TORCH_SHIM_LIBRARIES if torch_dir else ():
+        path = f"{torch_dir.rstrip('/')}/lib/{name}"
+        try:
+            if not os.path.exists(elf.host_path(root, path)):
+                continue  # a CPU-only torch has no libtorch_cuda.so
+            libraries.append(cache.get(path))
+        except elf.ElfReadError as exc:
+            unreadable.append(f"{path}: {exc.reason}")
+    if not torch_dir:
+        why = "torch is not installed in the image"
+    else:
+        why = f"none of {', '.join(TORCH_SHIM_LIBRARIES)} in {torch_dir}/lib" + (
+            f" could be read ({'; '.join(unreadable)})" if unreadable else ""
+        )
+    return _Stable(target, probe.get("torch_version"), tuple(libraries), "" if libraries else why)
+
+
 def _in_image(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
@@ -240,15 +297,19 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
             {"checked": 0},
             [f"backends {list(spec.backends)}: the installed package has no compiled object; nothing to resolve"],
         )
+    target = stable_abi_target(wheel_name)
+    if target and not elf.demangler_available():
+        return "error", {}, [NO_DEMANGLER.format(wheel=wheel_name)]
     cache = linking.ObjectCache(root)
     preloaded = _preloads(root, probe, cache)
+    stable = _stable_context(root, probe, target, cache) if target else None
     search = linking.LibrarySearch(root=root, preloaded=tuple(preloaded))
     policy, glibcxx_limit = policy_for(spec)
     glibc_limit = elf.glibc_of_policy(policy)
     abi3_min = _abi3_minimum(wheel_name)
     py = tuple(probe.get("version") or ())
     reasons: list[str] = []
-    failed = passed = symbols = 0
+    failed = passed = symbols = shim_symbols = torch_cxx_symbols = 0
     for so in objects:
         obj = cache.get(so)
         symbols += len(obj.undefined)
@@ -257,7 +318,10 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
         if tag.kind == "cpython" and tag.python != py:
             problems.append(f"built for CPython {tag.label} but the image runs {py[0]}.{py[1]}")
         res = linking.resolve(so, search, cache)
-        problems += _resolution_problems(res)
+        shim, cxx, stable_problems, explained = _stable_abi_checks(obj, stable) if stable else ([], [], [], set())
+        shim_symbols, torch_cxx_symbols = shim_symbols + len(shim), torch_cxx_symbols + len(cxx)
+        problems += stable_problems
+        problems += _resolution_problems(res, explained)
         problems += _symbol_version_problems(obj, policy, glibc_limit, glibcxx_limit)
         if tag.kind == "abi3" or abi3_min:
             for issue in elf.limited_api_violations(obj, abi3_min or (3, 2)):
@@ -277,13 +341,79 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
                 f"{len(preloaded) + len(res.loaded)} objects); glibc <= {glibc_limit}, "
                 f"GLIBCXX <= {glibcxx_limit} ({policy})"
                 + (f"; limited API of CPython {abi3_min[0]}.{abi3_min[1]} only" if abi3_min else "")
+                + (_stable_passed(len(shim), stable) if stable else "")
             )
     verdict = "passed" if failed == 0 else "failed"
-    return verdict, {"checked": len(objects), "passed": passed, "failed": failed, "symbols": symbols}, reasons
+    counts = {"checked": len(objects), "passed": passed, "failed": failed, "symbols": symbols}
+    if stable:
+        counts |= {"shim_symbols": shim_symbols, "torch_cxx_symbols": torch_cxx_symbols}
+    return verdict, counts, reasons
 
 
-def _resolution_problems(res: linking.Resolution) -> list[str]:
-    """What does not resolve in the image: missing libraries, symbol versions, then undefined symbols."""
+def _stable_abi_checks(
+    obj: elf.ElfObject, stable: _Stable
+) -> tuple[list[elf.DynSymbol], list[str], list[str], set[str]]:
+    """A stable-ABI object's undefined shim symbols, its torch C++ symbols (demangled), the problems they
+    make, and the shim symbols those problems name."""
+    shim = [s for s in obj.undefined if is_shim_symbol(s.name)]
+    cxx = torch_cxx_symbols(obj)
+    problems, explained = _stable_abi_problems(shim, cxx, stable)
+    return shim, cxx, problems, explained
+
+
+def _named(names: list[str], quote: str = "`") -> str:
+    """The first SHOWN_SYMBOLS names, quoted, and how many more there are."""
+    shown = ", ".join(f"{quote}{n}{quote}" for n in names[:SHOWN_SYMBOLS])
+    return shown + (f" and {len(names) - SHOWN_SYMBOLS} more" if len(names) > SHOWN_SYMBOLS else "")
+
+
+def _stable_abi_problems(shim: list[elf.DynSymbol], cxx: list[str], stable: _Stable) -> tuple[list[str], set[str]]:
+    """What breaks a stable-ABI object's promise to load on torch >= its target, and the undefined shim
+    symbols these problems already name (the resolution problems need not repeat them)."""
+    t = stable.target_text
+    problems: list[str] = []
+    if stable.torch_older:
+        problems.append(
+            f"the image has torch {stable.torch_version}, older than {t}: the wheel targets the stable ABI "
+            f"of torch >= {t}"
+        )
+    if cxx:
+        problems.append(
+            f"{len(cxx)} undefined symbol(s) of torch's C++ API ({', '.join(TORCH_NAMESPACES)}) in a stable-ABI "
+            f"wheel: {_named(cxx)}; these bind it to its build's torch minor (a stable wheel may take only "
+            "torch's C shim, aoti_torch_* and torch_*, from libtorch: reach torch through csrc/torch_api.h's "
+            "stable mode only)"
+        )
+    missing = sorted(
+        {s.name for s in shim if not s.weak and not any(lib.defines(s.name, s.version) for lib in stable.libraries)}
+    )
+    if missing:
+        libs = ", ".join(os.path.basename(lib.path) for lib in stable.libraries) or stable.no_libraries
+        verb = "is" if len(missing) == 1 else "are"
+        if stable.torch_older or stable.torch_version is None:
+            why = f"the wheel targets the stable ABI of torch >= {t}"
+        else:  # a torch new enough lacks it: the wheel uses more than its label says
+            why = (
+                f"torch {stable.torch_version} is >= {t}, the wheel's stable target, so the wheel uses a newer "
+                "stable ABI than its label says (check its TORCH_TARGET_VERSION)"
+            )
+        problems.append(f"{_named(missing, quote='')} {verb} not exported by this torch's libraries ({libs}): {why}")
+    return problems, set(missing)
+
+
+def _stable_passed(n_shim: int, stable: _Stable) -> str:
+    """What the pass line adds for a stable-ABI object that takes ``n_shim`` C shim symbols from torch."""
+    libs = ", ".join(os.path.basename(lib.path) for lib in stable.libraries)
+    torch = f"torch {stable.torch_version}" if stable.torch_version else "torch (its version unknown: no metadata)"
+    return (
+        f"; stable ABI of torch >= {stable.target_text}: no torch C++ symbols, "
+        f"{n_shim} C shim symbols exported by {torch}" + (f" ({libs})" if libs else "")
+    )
+
+
+def _resolution_problems(res: linking.Resolution, explained: set[str] = frozenset()) -> list[str]:
+    """What does not resolve in the image: missing libraries, symbol versions, then undefined symbols
+    (except those in ``explained``: another problem already names them, with their cause)."""
     problems: list[str] = []
     for miss in res.missing_libraries:
         searched = ", ".join(miss.searched[:6])
@@ -295,7 +425,8 @@ def _resolution_problems(res: linking.Resolution) -> list[str]:
         )
     # C++ names first, those with a same-named definition in the image leading: they say
     # which library version differs; C symbols of a missing library only repeat that.
-    for u in sorted(res.unresolved, key=lambda u: (not u.near_misses, not u.name.startswith("_Z"))):
+    unresolved = [u for u in res.unresolved if u.name not in explained]
+    for u in sorted(unresolved, key=lambda u: (not u.near_misses, not u.name.startswith("_Z"))):
         ver = f"@{u.version}" if u.version else ""
         hint = ""
         if u.near_misses:

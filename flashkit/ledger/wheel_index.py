@@ -3,8 +3,9 @@
 Layout of ``<out>/``:
 
 - ``files/<wheel>`` and ``files/SHA256SUMS``: every verified wheel. One index can hold them all because each
-  wheel keeps its local version (``flash_kernels-0.1.0+cu124torch2.7cxx11abitrue-...``): the file names
-  differ where the bytes do. Two envs whose wheels share a name with different bytes are refused.
+  wheel keeps its local version (``flash_kernels-0.1.0+cu124torch2.7cxx11abitrue-...``, or a stable-ABI
+  wheel's ``+cu13stable2.10``): the file names differ where the bytes do. Two envs whose wheels share a name
+  with different bytes are refused.
 - ``simple/``: the PEP 503 index over ``files/`` with ``#sha256=`` fragments
   (``pip install --index-url <out>/simple flash-kernels==0.1.0+cu130torch2.11cxx11abitrue``);
 - ``<env>/``: what ``flashkit wheelhouse <env>`` writes (its own ``files/`` and ``simple/``,
@@ -24,6 +25,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from flashkit.binary.torch_abi import STABLE_LABEL, wheel_local_version
 from flashkit.core.errors import PublishRefused, UsageError
 from flashkit.ledger.wheelhouse import (
     VerifiedWheel,
@@ -66,8 +68,22 @@ def _names_unique(checked: list[tuple[VerifiedWheel, dict[str, str]]]) -> None:
             raise PublishRefused(
                 f"{other.env} and {vw.env}: different verified wheels share the file name {vw.path.name}; "
                 "one index cannot hold both",
-                hint="build each env's wheel with its local version (+cu<X><Y>torch<A.B>cxx11abi<true|false>)",
+                hint=_same_name_hint(vw.path.name),
             )
+
+
+def _same_name_hint(name: str) -> str:
+    """What to do about two wheels of one name: a version-bound label names the torch minor, so the envs' labels
+    should differ; a stable-ABI label names only the CUDA major and the oldest torch, so they cannot."""
+    if STABLE_LABEL.fullmatch(wheel_local_version(name)):
+        return (
+            "a stable-ABI wheel (+cu<X>stable<A.B>) is one wheel for every torch >= A.B with CUDA X, so every env "
+            "of that CUDA major builds the same name: index it from one of them (`flashkit wheelhouse ENV`)"
+        )
+    return (
+        "build each env's wheel with its local version: +cu<X><Y>torch<A.B>cxx11abi<true|false> (version-bound) "
+        "or +cu<X>stable<A.B> (stable ABI: torch >= A.B with CUDA X)"
+    )
 
 
 def manifest(checked: list[tuple[VerifiedWheel, dict[str, str]]], skipped: dict[str, str]) -> str:
