@@ -127,6 +127,8 @@ def test_structure(env):
         f'io.flashkit.input-hash="{h}"',
     ):
         assert label in runtime, label
+    if spec.wheel_from:
+        return  # the arch list and build switches are the source env's (its builder image)
     if spec.accelerator.kind == "cuda":
         assert f'TORCH_CUDA_ARCH_LIST="{";".join(spec.gpu_targets)}"' in builder
     else:
