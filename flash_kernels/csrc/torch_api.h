@@ -110,9 +110,36 @@ const T* in_ptr(const Tensor& t) { return t.const_data_ptr<T>(); }  // checks th
 template <typename T>
 T* out_ptr(const Tensor& t) { return t.mutable_data_ptr<T>(); }
 
-// A new contiguous tensor of `dims` and `dtype` on `like`'s device (aten::empty.memory_format).
+// The C shim's code of the dtypes the ops allocate.
+inline int32_t shim_dtype(ScalarType t) {
+  switch (t) {
+    case ScalarType::Half: return aoti_torch_dtype_float16();
+    case ScalarType::BFloat16: return aoti_torch_dtype_bfloat16();
+    case ScalarType::Float: return aoti_torch_dtype_float32();
+    case ScalarType::Int: return aoti_torch_dtype_int32();
+    default: FK_CHECK(false, "flash_kernels: no allocation of dtype ", t, " is expected here");
+  }
+  return 0;  // unreachable: FK_CHECK threw
+}
+
+// A new contiguous tensor of `dims` and `dtype` on `like`'s device, straight from the C shim
+// (aoti_torch_empty_strided). torch::stable::empty goes through the boxed dispatcher, a schema lookup per
+// tensor, which made decode (bound by host work per call, three outputs) 17-27% slower than the
+// version-bound build on the H200 (benchmarks/results/stable_abi_20261202).
 inline Tensor empty(const std::vector<int64_t>& dims, ScalarType dtype, const Tensor& like) {
-  return torch::stable::empty(torch::headeronly::IntHeaderOnlyArrayRef(dims), dtype, std::nullopt, like.device());
+  std::vector<int64_t> strides(dims.size());
+  int64_t step = 1;
+  for (size_t i = dims.size(); i-- > 0;) {  // contiguous strides, as torch computes them (size 0 counts as 1)
+    strides[i] = step;
+    step *= dims[i] > 1 ? dims[i] : 1;
+  }
+  int32_t device_type = 0, device_index = 0;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
+  AtenTensorHandle handle = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(dims.size()), dims.data(), strides.data(),
+                                                  shim_dtype(dtype), device_type, device_index, &handle));
+  return Tensor(handle);
 }
 inline Tensor zeros(const std::vector<int64_t>& dims, ScalarType dtype, const Tensor& like) {
   Tensor t = empty(dims, dtype, like);
