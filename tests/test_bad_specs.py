@@ -335,9 +335,9 @@ def test_all_problems_of_a_file_are_reported_together(kit_repo, cli):
 
 
 def test_unknown_env_suggests_the_closest(kit_repo, cli):
-    res = cli("--repo", str(kit_repo), "render", "cu124-torch72")
+    res = cli("--repo", str(kit_repo), "render", "cu124-torch277")
     assert res.code == 3
-    assert "unknown env 'cu124-torch72'" in res.err and "Did you mean 'cu124-torch27'?" in res.err
+    assert "unknown env 'cu124-torch277'" in res.err and "Did you mean 'cu124-torch27'?" in res.err
 
 
 def test_validate_reports_a_bad_spec_among_good_ones(kit_repo, cli):
