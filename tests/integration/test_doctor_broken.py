@@ -154,16 +154,15 @@ def kit_wheels(tmp_path_factory):
 
 
 # ---------------------------------------------------------------------------
-# 1. A wheel built for torch 2.11 / CUDA 13 under torch 2.7 / CUDA 12
+# 1. A version-bound wheel (torch 2.7 / CUDA 12) under torch 2.11 / CUDA 13, and the stable-ABI wheel
+#    (torch >= 2.10 / CUDA 13) under torch 2.7 / CUDA 12: both must fail, each explained its own way.
 
 
-@pytest.fixture(scope="module")
-def torch_mismatch(engine, built_env, kit_wheels):
-    """A cu124-torch27 runtime container with cu130-torch211's flash_kernels wheel and flashkit installed."""
-    donor, host = built_env("cu130-torch211"), built_env("cu124-torch27")
+def _swap_wheel(engine, kit_wheels, host, donor, python: str):
+    """Run doctor in ``host``'s runtime image with ``donor``'s wheel installed, then with its own again."""
     wheel = Path(donor.wheel_path)
     mounts = [
-        BindMount(str(kit_wheels("3.13")), "/kit-wheels"),
+        BindMount(str(kit_wheels(python)), "/kit-wheels"),
         BindMount(str(wheel.parent), "/donor"),
         BindMount(str(Path(host.wheel_path).parent), "/own"),
         BindMount(str(ROOT), "/repo"),
@@ -174,17 +173,36 @@ def torch_mismatch(engine, built_env, kit_wheels):
         _checked(c.exec([*pip, "--find-links", "/kit-wheels", "flashkit"], user="root"), "pip install flashkit")
         _checked(
             c.exec([*pip, "--no-deps", "--force-reinstall", f"/donor/{wheel.name}"], user="root"),
-            "pip install the cu130-torch211 wheel",
+            f"pip install the {donor.env} wheel",
         )
         data_run = c.exec(["flashkit", "doctor", "--repo", "/repo", "--json"], workdir="/tmp")
         human_run = c.exec(["flashkit", "doctor", "--repo", "/repo"], workdir="/tmp")
         # the fix doctor gives: the wheel of the env that matches this torch
         _checked(
             c.exec([*pip, "--no-deps", "--force-reinstall", f"/own/{Path(host.wheel_path).name}"], user="root"),
-            "pip install the cu124-torch27 wheel",
+            f"pip install the {host.env} wheel",
         )
         healed_run = c.exec(["flashkit", "doctor", "--repo", "/repo", "--json"], workdir="/tmp")
-        yield {"wheel": wheel, "json": data_run, "human": human_run, "healed": healed_run}
+        return {"wheel": wheel, "json": data_run, "human": human_run, "healed": healed_run}
+
+
+@pytest.fixture(scope="module")
+def torch_mismatch(engine, built_env, kit_wheels):
+    """A cu130-torch211 runtime container (torch 2.11) with cu124-torch27's version-bound wheel installed."""
+    return _swap_wheel(engine, kit_wheels, built_env("cu130-torch211"), built_env("cu124-torch27"), "3.11")
+
+
+@pytest.fixture(scope="module")
+def stable_on_old_torch(engine, built_env, kit_wheels):
+    """A cu124-torch27 runtime container (torch 2.7) with cu130-torch211's stable-ABI wheel installed."""
+    return _swap_wheel(engine, kit_wheels, built_env("cu124-torch27"), built_env("cu130-torch211"), "3.13")
+
+
+def _by_code(data: dict) -> dict[str, list[dict]]:
+    by_code: dict[str, list[dict]] = {}
+    for f in data["findings"]:
+        by_code.setdefault(f["code"], []).append(f)
+    return by_code
 
 
 def test_torch_mismatch_names_symbol_cause_and_fix(torch_mismatch):
@@ -193,44 +211,34 @@ def test_torch_mismatch_names_symbol_cause_and_fix(torch_mismatch):
     data = _json_of(run)
     assert data["status"] == "problems" and data["exit_code"] == 20
     facts = data["facts"]
-    assert facts["torch"]["version"].startswith("2.7.") and facts["torch"]["cuda"].startswith("12.")
-    by_code: dict[str, list[dict]] = {}
-    for f in data["findings"]:
-        by_code.setdefault(f["code"], []).append(f)
+    assert facts["torch"]["version"].startswith("2.11.") and facts["torch"]["cuda"].startswith("13.")
+    by_code = _by_code(data)
 
-    # the symbols torch 2.7 lacks, demangled, each blamed on the torch version
+    # the torch 2.7 symbols torch 2.11 lacks, demangled, each blamed on the torch version
     symbols = [f for f in by_code.get("undefined-symbol", []) if f["details"]["demangled"].startswith("c10::")]
     assert symbols, [f["what"] for f in data["findings"]]
     for f in symbols:
         d = f["details"]
         assert d["symbol"].startswith("_Z") and d["demangled"] != d["symbol"] and "(" in d["demangled"]
         assert d["demangled"] in f["what"]
-        assert "built against another torch version" in f["cause"] and "2.7." in f["cause"]
+        assert "built against another torch version" in f["cause"] and "2.11." in f["cause"]
         assert f["severity"] == "error"
-    demangled = {f["details"]["demangled"] for f in symbols}
-    if any(d.startswith("c10::cuda::SetDevice(") for d in demangled):
-        # torch 2.11's SetDevice gained a parameter that torch 2.7's lacks
-        assert "c10::cuda::SetDevice(signed char, bool)" in demangled, demangled
 
-    # the CUDA 13 runtime the module links, absent beside torch's CUDA 12
-    (cudart,) = [f for f in by_code["missing-library"] if f["details"]["library"] == "libcudart.so.13"]
-    assert "CUDA 13 runtime" in cudart["cause"] and "torch here uses CUDA 12." in cudart["cause"]
-    assert "cu124-torch27" in cudart["fix"] and "does not help" in cudart["fix"]
+    # the CUDA 12 runtime the module links, absent beside torch's CUDA 13
+    (cudart,) = [f for f in by_code["missing-library"] if f["details"]["library"] == "libcudart.so.12"]
+    assert "CUDA 12 runtime" in cudart["cause"] and "torch here uses CUDA 13." in cudart["cause"]
 
     # the verdict on the wheel: built for what, found what, and both ways out
     (built,) = by_code["built-for-another-torch"]
     assert built["severity"] == "error" and built["subject"] == "flash_kernels"
-    assert "was built for torch 2.11 with CUDA 13.0" in built["what"], built["what"]
-    assert "this environment has torch 2.7." in built["what"] and "with CUDA 12." in built["what"]
-    assert "libcudart.so.13" in built["cause"] and "torch C++ symbol(s)" in built["cause"]
-    assert "env cu124-torch27" in built["fix"] and "lockfiles/cu124-torch27.txt" in built["fix"]
-    assert "env cu130-torch211" in built["fix"] and "lockfiles/cu130-torch211.txt" in built["fix"]
-    assert built["details"]["built_for"] == {"torch": "2.11", "cuda": "13.0"}
+    assert "was built for torch 2.7 with CUDA 12.6" in built["what"], built["what"]
+    assert "this environment has torch 2.11." in built["what"] and "with CUDA 13." in built["what"]
+    assert "libcudart.so.12" in built["cause"] and "torch C++ symbol(s)" in built["cause"]
+    assert "env cu130-torch211" in built["fix"] and "env cu124-torch27" in built["fix"]
+    assert built["details"]["built_for"]["torch"] == "2.7"
 
     rec = data["recommendation"]
-    assert rec["env"] == "cu124-torch27" and rec["lockfile"] == "lockfiles/cu124-torch27/py3.13.txt"
-    # the env's own torch (2.7.1+cu126, pinned by its lock beside nvcc 12.4) fits it
-    assert rec["exact"] is True, rec
+    assert rec["env"] == "cu130-torch211" and rec["exact"] is True, rec
 
 
 def test_torch_mismatch_human_output(torch_mismatch):
@@ -239,8 +247,7 @@ def test_torch_mismatch_human_output(torch_mismatch):
     text = run.output
     assert "[built-for-another-torch]" in text and "[undefined-symbol]" in text and "[missing-library]" in text
     assert "undefined symbol: _ZN3c10" in text and "(c10::" in text  # mangled for grep, demangled to read
-    assert "fix: keep torch 2.7." in text
-    assert "recommended env: cu124-torch27 (fits)" in text
+    assert "recommended env: cu130-torch211 (fits)" in text
     assert "status: problems (exit 20)" in text
 
 
@@ -252,7 +259,28 @@ def test_torch_mismatch_fix_heals(torch_mismatch):
     assert run.exit_code == 0 and data["status"] == "healthy"
     (mod,) = [m for m in data["facts"]["modules"] if m["package"] == "flash_kernels"]
     assert mod["import_tried"] and mod["import_error"] is None and mod["resolution"]["unresolved"] == []
-    assert data["recommendation"]["env"] == "cu124-torch27" and data["recommendation"]["exact"] is True
+    assert data["recommendation"]["env"] == "cu130-torch211" and data["recommendation"]["exact"] is True
+
+
+def test_stable_wheel_under_an_older_torch(stable_on_old_torch):
+    """The stable-ABI wheel needs torch >= 2.10: under torch 2.7 doctor says so, names the shim symbols torch 2.7
+    lacks and the CUDA 13 runtime; no torch C++ symbol is blamed (the wheel has none)."""
+    run = stable_on_old_torch["json"]
+    assert run.exit_code == 20, run.output[-3000:]
+    data = _json_of(run)
+    by_code = _by_code(data)
+    undefined = by_code.get("undefined-symbol", [])
+    assert not [f for f in undefined if f["details"]["demangled"].startswith(("c10::", "at::", "torch::"))]
+    shim = [f for f in undefined if f["details"]["symbol"].startswith(("torch_", "aoti_torch_"))]
+    assert shim, [f["what"] for f in data["findings"]]
+    assert all(f["cause"].startswith("this stable-ABI wheel needs torch >= 2.10") for f in shim)
+    (built,) = by_code["built-for-another-torch"]
+    assert "was built for the stable ABI of torch >= 2.10 with CUDA 13" in built["what"], built["what"]
+    assert "this environment has torch 2.7." in built["what"]
+    assert built["details"]["built_for"]["stable_abi"] is True
+    assert [f for f in by_code["missing-library"] if f["details"]["library"] == "libcudart.so.13"]
+    healed = _json_of(stable_on_old_torch["healed"])
+    assert healed["status"] == "healthy", [f["what"] for f in healed["findings"]]
 
 
 # ---------------------------------------------------------------------------

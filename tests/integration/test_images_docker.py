@@ -88,11 +88,10 @@ def image_inspect_safe(ref):
     return image_inspect(ensure_engine(start=False), ref)
 
 
-def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tmp_path):
-    """Issue 5 acceptance: cu130-torch211's wheel dropped into cu124-torch27's image."""
+def _abi_of_swapped_wheel(engine, tmp_path, donor, host):
+    """The abi tier's outcome for ``donor``'s wheel installed into ``host``'s runtime image."""
     from flashkit.plan.specfile import load_env
 
-    donor, host = _built("cu130-torch211"), _built("cu124-torch27")
     wheel = Path(donor.wheel_path)
     ctx = tmp_path / "ctx"
     ctx.mkdir()
@@ -118,15 +117,30 @@ def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tm
                 "wheel_sha256": donor.wheel_sha256,
             }
         )
-        spec = load_env(ROOT, "cu124-torch27")
-        r = tiers.tier_abi(engine, spec, mixed)
-        text = "\n".join(r.reasons)
-        assert r.verdict == "failed", text
-        # The C++ name, demangled, with its mangled form for grep.
-        assert "undefined symbol `c10::" in text or "undefined symbol `at::" in text, text
-        assert "needs libcudart.so.13" in text, text
+        return tiers.tier_abi(engine, load_env(ROOT, host.env), mixed)
     finally:
         image_remove(engine, [ref], force=True)
+
+
+def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tmp_path):
+    """Issue 5 acceptance, for the version-bound mode: cu124-torch27's wheel (torch 2.7, CUDA 12) dropped
+    into cu130-torch211's image (torch 2.11, CUDA 13)."""
+    r = _abi_of_swapped_wheel(engine, tmp_path, _built("cu124-torch27"), _built("cu130-torch211"))
+    text = "\n".join(r.reasons)
+    assert r.verdict == "failed", text
+    # The C++ name, demangled, with its mangled form for grep.
+    assert "undefined symbol `c10::" in text or "undefined symbol `at::" in text, text
+    assert "needs libcudart.so.12" in text, text
+
+
+def test_stable_wheel_under_a_torch_older_than_its_target_fails_abi(engine, tmp_path):
+    """The stable-ABI wheel of cu130-torch211 in cu124-torch27's image (torch 2.7): no torch C++ symbol to
+    blame, but the shim functions torch 2.7 lacks and the torch version below the wheel's target."""
+    r = _abi_of_swapped_wheel(engine, tmp_path, _built("cu130-torch211"), _built("cu124-torch27"))
+    text = "\n".join(r.reasons)
+    assert r.verdict == "failed", text
+    assert "older than 2.10" in text and "stable ABI of torch >= 2.10" in text, text
+    assert "undefined symbol `c10::" not in text and "undefined symbol `at::" not in text, text
 
 
 @pytest.mark.parametrize("env_id", [os.environ.get("FLASHKIT_TEST_ENV", "cu130-torch211")])
