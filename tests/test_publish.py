@@ -92,3 +92,17 @@ def test_cli_refuses_an_env_never_built(kit_repo, cli):
     r = cli("--repo", str(kit_repo), "publish", "cu130-torch211", "--registry", "127.0.0.1:1/org/flash")
     assert r.code == PublishRefused.exit_code == 17
     assert "no build in its ledger at its current input hash" in r.err and "flashkit test cu130-torch211" in r.err
+
+
+def test_a_status_code_inside_a_port_is_not_a_refused_login():
+    """A registry on port 41401 that died mid-upload gave a broken pipe that read as "401" (a flaky
+    integration failure): only a status code standing as a word means a refused login."""
+    from flashkit.ledger.registry_api import auth_refused
+
+    died = (
+        'writing blob: Patch "https://127.0.0.1:41401/v2/org/flash/blobs/uploads/6fe8-401a?_state=x401%3D": write tcp'
+    )
+    assert not auth_refused(died)
+    assert auth_refused("reading manifest: received unexpected HTTP status: 401 Unauthorized")
+    assert auth_refused("requested access to the resource is denied")
+    assert auth_refused("error: 403 (forbidden)")

@@ -47,7 +47,16 @@ SKOPEO_TIMEOUT_S = 3600
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9-]{1,63})*(?::[0-9]{1,5})?")
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
-_AUTH_WORDS = ("unauthorized", "authentication required", "denied", "401", "403", "invalid username/password")
+_AUTH_WORDS = ("unauthorized", "authentication required", "denied", "invalid username/password")
+# A status code as a word of its own: "401" must not match inside a port (127.0.0.1:41401), an upload id or a
+# digest, where a registry that died mid-push made a broken pipe read as a refused login.
+_AUTH_STATUS = re.compile(r"(?<![\w:./%=-])(?:401|403)(?![\w./%-])")
+
+
+def auth_refused(message: str) -> bool:
+    """Whether a registry tool's error says the registry refused the credentials."""
+    low = message.lower()
+    return any(w in low for w in _AUTH_WORDS) or _AUTH_STATUS.search(low) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +238,7 @@ class Registry:
         low = err.lower()
         if missing_ok and ("manifest unknown" in low or "name unknown" in low or "not found" in low):
             return None
-        if any(w in low for w in _AUTH_WORDS):
+        if auth_refused(low):
             raise RegistryAuthFailed(
                 f"{what}: {self.target.host} refused the login (credentials from {self.access.credentials_from})",
                 detail=err[-600:],
