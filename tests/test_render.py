@@ -227,3 +227,15 @@ def test_pipe_check_can_fail():
     text = "FROM x\nRUN a \\\n    && b | c\nRUN d || e\n"
     runs = _run_instructions(text)
     assert len(runs) == 2 and _single_pipes(runs[0]) and not _single_pipes(runs[1])
+
+
+@pytest.mark.parametrize("env", ["cu130-torch211", "cu124-torch27"])
+def test_cache_keys_change_with_what_the_mounts_hold(env):
+    """buildah (1.28) reuses a RUN layer whose text is unchanged even when its bind mounts hold other bytes;
+    so a lock's digest is in its mount target and the input hash is in the wheel-install step."""
+    spec = load_env(REPO, env)
+    text = _render(REPO, env)
+    texts = read_locks(REPO, env, spec.python)
+    assert f"/run/flashkit/lock/{inputhash.sha256_text(texts.runtime)}.txt" in text
+    assert f"/run/flashkit/lock/{inputhash.sha256_text(texts.build)}.txt" in text
+    assert f"FLASHKIT_WHEEL_OF={input_hash(REPO, env)} " in _stage(text, "runtime")
