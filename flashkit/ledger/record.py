@@ -93,22 +93,27 @@ def missing_applies(ledger: Ledger) -> list[Applies]:
             if (v.id, art.id) in done:
                 continue
             what = "wheel" if v.tier.subject.value == "wheel" else "image"
-            out.append(
-                Applies(
-                    env=v.env,
-                    input_hash=v.input_hash,
-                    date=max(v.date, art.date),
-                    tier=v.tier,
-                    verdict_id=v.id,
-                    artifact_id=art.id,
-                    subject=v.subject,
-                    because=(
-                        f"the {what} of build {art.id[7:19]} ({art.date}) is bit-identical ({v.subject.digest}) "
-                        f"to the {what} this {v.tier} verdict judged in image {v.context.get('image_id', '?')[7:19]}"
-                    ),
-                )
+            because = (
+                f"the {what} of build {art.id[7:19]} ({art.date}) is bit-identical ({v.subject.digest}) "
+                f"to the {what} this {v.tier} verdict judged in image {v.context.get('image_id', '?')[7:19]}"
             )
+            out.append(_applies(v, art, because))
     return out
+
+
+def _applies(v: VerdictFact, art: Artifact, because: str, source_env: str | None = None) -> Applies:
+    """The fact that verdict ``v`` holds for build ``art`` (recorded in ``art``'s env, at its input hash)."""
+    return Applies(
+        env=art.env,
+        input_hash=art.input_hash,
+        date=max(v.date, art.date),
+        tier=v.tier,
+        verdict_id=v.id,
+        artifact_id=art.id,
+        subject=v.subject,
+        because=because,
+        source_env=source_env,
+    )
 
 
 def cross_env_because(art: Artifact, v: VerdictFact) -> str:
@@ -146,19 +151,7 @@ def inherited_applies(root: Path, ledger: Ledger) -> list[Applies]:
             if (v.id, art.id) in done:
                 continue
             done.add((v.id, art.id))
-            out.append(
-                Applies(
-                    env=art.env,
-                    input_hash=art.input_hash,
-                    date=max(v.date, art.date),
-                    tier=v.tier,
-                    verdict_id=v.id,
-                    artifact_id=art.id,
-                    subject=subject,
-                    because=cross_env_because(art, v),
-                    source_env=src,
-                )
-            )
+            out.append(_applies(v, art, cross_env_because(art, v), source_env=src))
     return out
 
 
