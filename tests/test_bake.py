@@ -44,7 +44,7 @@ def test_bake_targets_match_a_local_build(kit_repo):
     h = input_hash(kit_repo, env)
     tag = inputhash.tag_suffix(h)
     rt, bt, wt = doc["target"][env], doc["target"][f"{env}-builder"], doc["target"][f"{env}-wheel"]
-    assert rt["dockerfile-inline"] == dockerfile(kit_repo, env, 24)
+    assert rt["dockerfile-inline"] == bake.literal(dockerfile(kit_repo, env, 24))  # bake's HCL templating, escaped
     assert (rt["target"], bt["target"], wt["target"]) == ("runtime", "builder", "wheel")
     assert rt["tags"] == [f"flashkit/{env}:{tag}"] and bt["tags"] == [f"flashkit/{env}:{tag}-builder"]
     assert rt["labels"] == {"io.flashkit.env": env, "io.flashkit.input-hash": h}
@@ -116,3 +116,53 @@ def test_ci_matrix_hash_follows_the_lockfile(kit_repo):
     lock.write_text(lock.read_text() + "# changed\n")
     after, _ = ci_matrix.select(_plans(kit_repo, ["cu130-torch211"]), True, runner="r", gpu_runner=None)
     assert before["include"][0]["input_hash"] != after["include"][0]["input_hash"]
+
+
+# -- docker buildx reads the file -----------------------------------------------------------------------------
+# The nox tests session unpacks trixie's docker-buildx into .work/buildx (bookworm has none); .ci/run sets
+# FLASHKIT_REQUIRE_BUILDX=1, so there a missing buildx fails the check instead of skipping it.
+def _buildx() -> str | None:
+    import shutil
+
+    from kitsupport import REPO
+
+    local = REPO / ".work" / "buildx" / "docker-buildx"
+    return str(local) if local.is_file() else shutil.which("docker-buildx")
+
+
+def test_bake_strings_are_literal_for_the_hcl_templating():
+    assert bake.literal('pip --index-url "${index:-https://pypi.org/simple}" %{x}') == (
+        'pip --index-url "$${index:-https://pypi.org/simple}" %%{x}'
+    )
+
+
+@pytest.mark.skipif(
+    _buildx() is None and not __import__("os").environ.get("FLASHKIT_REQUIRE_BUILDX"),
+    reason="no docker-buildx here (the nox tests session fetches Debian trixie's)",
+)
+def test_buildx_reads_the_bake_file_and_gives_back_every_dockerfile(kit_repo, fk, tmp_path):
+    import subprocess
+
+    exe = _buildx()
+    assert exe is not None, "no docker-buildx found (FLASHKIT_REQUIRE_BUILDX is set): see noxfile._buildx"
+    r = fk("--repo", str(kit_repo), "--host-mem-gib", MEM, "bake")
+    assert r.code == 0, r.err
+    (tmp_path / "bake.json").write_text(r.out)
+    doc = json.loads(r.out)
+    for group in ("default", "wheels"):
+        # buildx as a standalone program: `--print` parses, resolves and prints; no daemon, no build.
+        run = subprocess.run(
+            [exe, "bake", "--print", "-f", "bake.json", group],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        printed = json.loads(run.stdout)["target"]
+        for name, target in printed.items():
+            ours = doc["target"][name]["dockerfile-inline"]
+            assert target["dockerfile-inline"] == ours.replace("$${", "${").replace("%%{", "%{"), name
+    consumer = next(e for e in doc["target"] if e.startswith("cu130-torch212"))
+    src = next(k for k in doc["target"]["cu130-torch212"]["contexts"])
+    assert doc["target"]["cu130-torch212"]["contexts"][src] == "target:cu130-torch211-builder", consumer

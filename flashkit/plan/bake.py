@@ -9,7 +9,8 @@ gives three targets that mirror ``flashkit build``:
   ``io.flashkit.env`` / ``io.flashkit.input-hash`` labels;
 - ``<env>-wheel``: the ``wheel`` stage exported as files to ``.work/wheels/<env>/bake``.
 
-The Dockerfile travels inline (``dockerfile-inline``) and the context is the
+The Dockerfile travels inline (``dockerfile-inline``, escaped: bake reads strings as HCL templates, and
+``docker buildx bake --print`` gives back the rendered bytes) and the context is the
 repository root, whose layout (``lockfiles/``, ``flash_kernels/``) is what the
 rendered Dockerfile copies. In a fresh checkout (CI) that is exactly the hashed
 input; in a working tree with local build outputs under ``flash_kernels/``
@@ -43,15 +44,27 @@ CA_DEFAULT = "/etc/ssl/certs/ca-certificates.crt"
 IMAGE_REPO = "flashkit"  # same namespace as flashkit.images.build's local image refs
 
 
-def env_targets(env_id: str, input_hash: str, tag: str, dockerfile: str) -> dict[str, dict]:
-    """The three bake targets of one env (pure)."""
+def literal(text: str) -> str:
+    """``text`` as a bake string that means itself: bake reads every string as an HCL template, so the
+    Dockerfile's own shell expansions (``${index:-…}``) and ``%{`` are escaped (``$${``, ``%%{``)."""
+    return text.replace("${", "$${").replace("%{", "%%{")
+
+
+def env_targets(
+    env_id: str, input_hash: str, tag: str, dockerfile: str, wheel_builder: tuple[str, str] | None = None
+) -> dict[str, dict]:
+    """The three bake targets of one env (pure). ``wheel_builder``: (image ref, source env) of a
+    ``wheel_from`` env, whose builder stage starts from that env's builder target."""
     common = {
         "context": ".",
-        "dockerfile-inline": dockerfile,
+        "dockerfile-inline": literal(dockerfile),
         "labels": {label("env"): env_id, label("input-hash"): input_hash},
         "secret": [f"id=ca,src=${{{CA_VARIABLE}}}"],
         "platforms": ["linux/amd64"],
     }
+    if wheel_builder is not None:
+        # A named context: the FROM of that image ref is the source env's builder target, built first.
+        common["contexts"] = {wheel_builder[0]: f"target:{wheel_builder[1]}-builder"}
     return {
         f"{env_id}-builder": common | {"target": "builder", "tags": [f"{IMAGE_REPO}/{env_id}:{tag}-builder"]},
         env_id: common | {"target": "runtime", "tags": [f"{IMAGE_REPO}/{env_id}:{tag}"]},
@@ -60,13 +73,14 @@ def env_targets(env_id: str, input_hash: str, tag: str, dockerfile: str) -> dict
     }
 
 
-def bake_file(envs: Iterable[tuple[str, str, str, str]]) -> dict:
-    """``envs``: (env id, input hash, tag, rendered Dockerfile). Groups: default (all), images, wheels."""
+def bake_file(envs: Iterable[tuple]) -> dict:
+    """``envs``: (env id, input hash, tag, rendered Dockerfile[, wheel builder]). Groups: default (all),
+    wheels."""
     targets: dict[str, dict] = {}
     ids = []
-    for env_id, input_hash, tag, dockerfile in sorted(envs):
+    for env_id, input_hash, tag, dockerfile, *wheel_builder in sorted(envs, key=lambda e: e[0]):
         ids.append(env_id)
-        targets.update(env_targets(env_id, input_hash, tag, dockerfile))
+        targets.update(env_targets(env_id, input_hash, tag, dockerfile, *(w for w in wheel_builder if w)))
     return {
         "variable": {CA_VARIABLE: {"default": CA_DEFAULT}},
         "group": {
@@ -87,5 +101,8 @@ def select(plans: list[Plan], named: bool, host_mem_gib: int) -> tuple[dict, lis
     rows = []
     for plan in kept:
         plan.require_consistent_locks()
-        rows.append((plan.env_id, plan.input_hash, plan.tag, render_dockerfile(plan, host_mem_gib=host_mem_gib)))
+        src = plan.wheel_source
+        wheel_builder = (f"{IMAGE_REPO}/{src.env_id}:{src.tag}-builder", src.env_id) if src is not None else None
+        dockerfile = render_dockerfile(plan, host_mem_gib=host_mem_gib)
+        rows.append((plan.env_id, plan.input_hash, plan.tag, dockerfile, wheel_builder))
     return bake_file(rows), skipped
