@@ -57,11 +57,43 @@ def _actionlint(session: nox.Session) -> None:
         session.warn("no actionlint: the workflow lint test will be skipped")
 
 
+BUILDX_DIR = ".work/buildx"  # git-ignored
+BUILDX_SUITE = "trixie"  # bookworm has no docker-buildx package; trixie's is one static Go binary
+
+
+def _buildx(session: nox.Session) -> None:
+    """docker-buildx, to check `flashkit bake`'s file with `buildx bake --print` (tests/test_bake.py).
+
+    bookworm packages no buildx, so trixie's .deb is downloaded with apt (Debian's archive, a throwaway
+    sources list) and unpacked under .work/buildx; nothing is installed on the host. Needs apt; elsewhere the
+    check is skipped, unless FLASHKIT_REQUIRE_BUILDX is set."""
+    target = ROOT / BUILDX_DIR / "docker-buildx"
+    if target.is_file() or not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        return
+    tmp = ROOT / BUILDX_DIR / "apt"
+    (tmp / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (tmp / "sources.list").write_text(f"deb http://deb.debian.org/debian {BUILDX_SUITE} main\n")
+    opts = [f"-oDir::Etc::SourceList={tmp}/sources.list", "-oDir::Etc::SourceParts=/dev/null",
+            f"-oDir::State::Lists={tmp}/lists", f"-oDir::Cache={tmp}/cache", "-oAPT::Sandbox::User=root", "-q"]  # fmt: skip
+    try:
+        session.run("apt-get", *opts, "update", external=True, silent=True)
+        session.run("apt-get", *opts, "download", "docker-buildx", external=True, silent=True)
+    except nox.command.CommandFailed:
+        session.warn("docker-buildx could not be downloaded: the bake file check will be skipped")
+        return
+    deb = sorted(Path.cwd().glob("docker-buildx_*.deb"))[-1]
+    session.run("dpkg-deb", "-x", str(deb), str(tmp / "x"), external=True)
+    shutil.copy2(tmp / "x" / "usr" / "libexec" / "docker" / "cli-plugins" / "docker-buildx", target)
+    deb.unlink()
+    shutil.rmtree(tmp)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Kit unit tests (no docker, torch or GPU); pass -m network to include the resolver tests."""
     _kit(session)
     _actionlint(session)
+    _buildx(session)
     args = session.posargs or ["-m", "not network and not docker and not gpu"]
     session.run("pytest", "tests", *args)
 
@@ -82,6 +114,13 @@ def integration(session: nox.Session) -> None:
     _kit(session)
     session.run("flashkit", "engine", "ensure", "--install")
     session.run("pytest", "tests", "-m", "docker", *session.posargs)
+
+
+@nox.session
+def gc(session: nox.Session) -> None:
+    """Free disk: images of old input hashes, and buildah's copies of runtime images the engine holds."""
+    _kit(session)
+    session.run("flashkit", "gc", "--runtime-copies", *session.posargs, env={"FLASHKIT_ROOT": os.fspath(ROOT)})
 
 
 @nox.session(name="kernels-cpu", venv_backend="virtualenv")
@@ -117,6 +156,11 @@ def _render(session: nox.Session, env: str) -> None:
     session.run("flashkit", "render", env, "-o", f"{RENDER_DIR}/{env}.Dockerfile", *session.posargs)
 
 
+def _aot(session: nox.Session, env: str) -> None:
+    _kit(session)
+    session.run("flashkit", "aot", env, *session.posargs, env={"FLASHKIT_ROOT": os.fspath(ROOT)})
+
+
 def _delegate(command: str):
     def body(session: nox.Session, env: str) -> None:
         _kit(session)
@@ -134,6 +178,9 @@ for _env in ENVS:
     _env_session("build", _env, f"Build {_env}'s images and wheel (mmdebstrap bases, buildah).", _delegate("build"))
     _env_session(
         "test", _env, f"Build {_env} if its inputs changed, run every tier, record verdicts.", _delegate("test")
+    )
+    _env_session(
+        "aot", _env, f"triton-aot tier of {_env}: its Triton kernels compiled for its GPU targets (no GPU).", _aot
     )
     _env_session(
         "publish", _env, f"Push {_env}'s image if its record passes the policy (--registry ...).", _delegate("publish")
