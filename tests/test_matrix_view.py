@@ -44,10 +44,10 @@ def test_the_default_fits_80_columns(cli, recorded):
     too_wide = [(len(x), x) for x in lines if len(x) > 80]
     assert not too_wide, too_wide
     row = next(x for x in lines if x.startswith(ENV + " "))
-    assert "PPP.P" in row  # build, abi, cpu passed; gpu no verdict; artifact-gpu passed
+    assert "PPP.P." in row  # build, abi, cpu passed; gpu no verdict; artifact-gpu passed; no triton-aot verdict
     assert " +cu130t2.11-cxx11 " in row  # the local version, abbreviated (the legend says how)
     assert "fk2-eeee" in row and row.endswith("+2")  # the first tag, abbreviated, and how many more
-    assert "P.F-." in next(x for x in lines if x.startswith("cu124-torch26 "))
+    assert "P.F-.." in next(x for x in lines if x.startswith("cu124-torch26 "))
     assert "cu124-torch27: verdicts only at older input hashes" in lines
     assert lines[-1] == "details: flashkit matrix --wide (or --json)"
     assert not any("stable ABI" in x for x in lines)  # said only where a stable-ABI wheel is shown

@@ -132,6 +132,14 @@ def cmd_gc(args) -> int:
         print(f"build cache: {build.human_size(report.cache_freed)} reclaimed")
     verb, n = ("would remove", len(report.plan.remove)) if args.dry_run else ("removed", report.removed)
     print(f"{verb} {n} tag(s), kept {len(report.plan.keep)}")
+    if args.runtime_copies:
+        from flashkit.images import buildah
+
+        plans = [plan_of(r, s) for s in load_all(r)]
+        for ref, size in gc.drop_runtime_copies(ensure_engine(), buildah.find_buildah(), plans, dry_run=args.dry_run):
+            print(
+                f"{'would remove' if args.dry_run else 'remove'}  buildah {ref}  ({build.human_size(size)}; the engine holds it)"
+            )
     return 0
 
 
@@ -190,4 +198,9 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
     p.add_argument("--build-cache", action="store_true", help="also prune BuildKit's build cache")
     p.add_argument("--prefix", default=gc.REPO_PREFIX, help=f"repositories to collect (default {gc.REPO_PREFIX})")
+    p.add_argument(
+        "--runtime-copies",
+        action="store_true",
+        help="also drop buildah's copy of each runtime image the engine holds (a layer cache only; frees 5-7 GB per env)",
+    )
     p.set_defaults(run=cmd_gc)

@@ -22,7 +22,7 @@ from flashkit.plan.specfile import load_all
 WIDTH = 80
 MARK = {"passed": "P", "failed": "F", "not-run": "-", "error": "E"}
 LEGEND = (
-    "tiers at the current input hash: build abi cpu gpu artifact-gpu",
+    "tiers at the current input hash: build abi cpu gpu artifact-gpu triton-aot",
     "  P passed  F failed  - not run  E error  . no verdict  ? ledger unreadable",
     "wheel local version, shortened: +cu130t2.11-cxx11 = +cu130torch2.11cxx11abitrue",
 )
@@ -79,7 +79,7 @@ def published_cell(tags: tuple[str, ...], width: int) -> str:
 
 
 # (header, width) of each column; the last takes what is left of WIDTH.
-COLUMNS = (("env", 18), ("torch", 7), ("py", 4), ("tiers", 5), ("wheel local version", 20), ("published", 0))
+COLUMNS = (("env", 18), ("torch", 7), ("py", 4), ("tiers", 6), ("wheel local version", 20), ("published", 0))
 
 
 def compact(rows: list[matrix.MatrixRow]) -> list[str]:

@@ -17,6 +17,9 @@ class Subject(enum.StrEnum):
 
     IMAGE = "image"  # the runtime image's id (sha256 of its config)
     WHEEL = "wheel"  # the exported flash_kernels wheel's sha256
+    # The kernel package's source files: sha256 over their sorted (path, mode, sha256), the same list the input
+    # hash covers. What a compile-only tier judges, where no image of the env can be built here (ROCm, NGC).
+    SOURCE = "source"
 
 
 class Tier(enum.StrEnum):
@@ -27,9 +30,12 @@ class Tier(enum.StrEnum):
     CPU = "cpu"  # the kernel suite's CPU tier inside the runtime container
     GPU = "gpu"  # the suite's GPU tier inside the container with --gpus all
     ARTIFACT_GPU = "artifact-gpu"  # the exported wheel's GPU suite on a GPU host without docker
+    TRITON_AOT = "triton-aot"  # every Triton specialisation compiled ahead of time for targets never run here
 
     @property
     def subject(self) -> Subject:
+        if self is Tier.TRITON_AOT:
+            return Subject.SOURCE
         return Subject.WHEEL if self in (Tier.BUILD, Tier.ARTIFACT_GPU) else Subject.IMAGE
 
     @property

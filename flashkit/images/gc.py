@@ -75,3 +75,30 @@ def collect(engine, keep: set[str], *, prefix: str, dry_run: bool, build_cache: 
         return report
     finally:
         sdk.close()
+
+
+def drop_runtime_copies(engine, bh, plans: list[Plan], *, dry_run: bool) -> list[tuple[str, int]]:
+    """Remove buildah's copy of each env's current runtime image where the engine holds the same image id.
+
+    The engine's copy is the one the tiers run and ``publish`` reads; buildah's is only the layer cache of
+    the runtime stage, so the next build of that stage starts from its base (minutes of pip, 5-7 GB less on
+    disk per env). Builder images stay: they make the wheel and ``wheel_from`` envs build on them. Dangling
+    layer images left by the removal are pruned with it. Returns (ref, size) of what went.
+    """
+    from flashkit.images import buildah
+    from flashkit.images.build import image_ref
+    from flashkit.images.container import image_inspect
+
+    gone = []
+    for plan in plans:
+        for tag in (plan.tag, "latest-local"):
+            ref = image_ref(plan.env_id, tag)
+            info, attrs = buildah.inspect(bh, ref), image_inspect(engine, image_ref(plan.env_id, plan.tag))
+            if info is None or attrs is None or attrs.get("Id") != info.image_id:
+                continue
+            gone.append((ref, info.size))
+            if not dry_run:
+                buildah.remove(bh, [ref])
+    if gone and not dry_run:
+        bh.run("rmi", "--prune", check=False, timeout=1800)
+    return gone

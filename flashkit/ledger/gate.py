@@ -12,6 +12,9 @@
   never taken from another env: this image is judged here or not at all;
 - the latest verdict for a (tier, subject) wins, so a tier that failed after it passed is not passed
   (this env's own and the inherited verdicts alike);
+- a source tier (triton-aot) judged the kernel sources, which the input hash covers byte for byte: its
+  latest verdict at the artifact's input hash is the judgement, for every build at that hash and for an env
+  that cannot be built here at all;
 - "not-run" and "error" are never "passed".
 
 Policy. ``full`` (the default) requires build, abi, cpu and a GPU tier (gpu or artifact-gpu).
@@ -102,8 +105,18 @@ def _latest(verdicts: list[VerdictFact]) -> VerdictFact | None:
     return max(indexed, key=lambda iv: (iv[1].date, iv[0]))[1] if indexed else None
 
 
+def source_judgement(ledger: Ledger, input_hash: str, tier: Tier) -> Judgement:
+    """A source tier at ``input_hash``: no build is needed, the input hash names the very sources."""
+    verdict = _latest([v for v in ledger.verdicts(input_hash) if v.tier is tier])
+    if verdict is None:
+        return Judgement(tier, None, f"no {tier} verdict at input hash {input_hash[:20]}")
+    return Judgement(tier, verdict, f"judged {verdict.subject.short()} on {verdict.date[:10]}")
+
+
 def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
     """The verdict that decides ``tier`` for ``artifact``, and how it reaches it."""
+    if tier.subject is Subject.SOURCE:
+        return source_judgement(ledger, artifact.input_hash, tier)
     subject = artifact.subject(tier.subject)
     found = [v for v in ledger.verdicts(artifact.input_hash) if v.tier is tier and v.subject == subject]
     inherited = _inherited(ledger, artifact, tier)
@@ -193,6 +206,12 @@ class Summary:
     published: tuple[str, ...]  # the tags of the publications at this input hash
 
 
+def _source_verdicts(ledger: Ledger, input_hash: str) -> dict[str, str]:
+    """The source tiers at ``input_hash``, for an env with no build there (one that cannot be built here)."""
+    found = (source_judgement(ledger, input_hash, t) for t in TIER_ORDER if t.subject is Subject.SOURCE)
+    return {j.tier.value: str(j.verdict.verdict) for j in found if j.verdict is not None}
+
+
 def _tier_verdicts(ledger: Ledger, art: Artifact) -> dict[str, str]:
     out = {}
     for tier, j in judgements(ledger, art).items():
@@ -206,7 +225,7 @@ def summary(ledger: Ledger, input_hash: str) -> Summary:
     arts = ledger.artifacts(input_hash)
     tags = tuple(dict.fromkeys(t for pub in ledger.publications(input_hash) for t in pub.tags))
     if not arts:
-        return Summary(status(ledger, input_hash), {}, None, tags)
+        return Summary(status(ledger, input_hash), _source_verdicts(ledger, input_hash), None, tags)
     art = max(arts, key=lambda a: a.date)
     return Summary(status(ledger, input_hash), _tier_verdicts(ledger, art), art.wheel, tags)
 
@@ -214,6 +233,9 @@ def summary(ledger: Ledger, input_hash: str) -> Summary:
 def status(ledger: Ledger, input_hash: str) -> str:
     """One line for `flashkit matrix` and doctor: each tier's state for the latest build at ``input_hash``."""
     arts = ledger.artifacts(input_hash)
+    if not arts and _source_verdicts(ledger, input_hash):
+        shown = " ".join(f"{t}:{v}" for t, v in _source_verdicts(ledger, input_hash).items())
+        return f"{shown} (no build at this input hash)"
     if not arts:
         if ledger.facts:
             older = ledger.input_hashes()[-1]

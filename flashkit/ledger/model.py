@@ -62,6 +62,10 @@ def image_subject(image_id: str) -> SubjectRef:
     return SubjectRef(Subject.IMAGE, image_id)
 
 
+def source_subject(sha256_hex: str) -> SubjectRef:
+    return SubjectRef(Subject.SOURCE, "sha256:" + sha256_hex)
+
+
 @dataclass(frozen=True)
 class Fact:
     kind: ClassVar[str]
@@ -107,6 +111,8 @@ class Artifact(Fact):
     wheel_from: dict[str, str] | None = None
 
     def subject(self, kind: Subject) -> SubjectRef:
+        if kind is Subject.SOURCE:
+            raise ValueError("a build names its sources by input hash, not by a source digest")
         return image_subject(self.image_id) if kind is Subject.IMAGE else wheel_subject(self.wheel_sha256)
 
     def builder_key(self) -> tuple[str, str, str]:

@@ -18,15 +18,16 @@ and a wheel verdict appended to a source later reaches every consumer ledger tha
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from flashkit.core.atomic import utc_now
+from flashkit.core.atomic import utc_now, write_text_atomic
 from flashkit.core.errors import FlashkitError
 from flashkit.core.names import Subject, Tier, Verdict
 from flashkit.images.build import BuildResult
 from flashkit.images.tiers import TierOutcome
 from flashkit.ledger import store
-from flashkit.ledger.model import Applies, Artifact, Fact, VerdictFact, where_it_ran
+from flashkit.ledger.model import Applies, Artifact, Fact, VerdictFact, source_subject, where_it_ran
 from flashkit.ledger.store import Ledger
 from flashkit.plan.envid import EnvId
 
@@ -87,6 +88,8 @@ def missing_applies(ledger: Ledger) -> list[Applies]:
     done = {(a.verdict_id, a.artifact_id) for a in ledger.applies()}
     out = []
     for v in ledger.verdicts():
+        if v.tier.subject is Subject.SOURCE:
+            continue  # judged at its input hash, whichever build: nothing to carry to a later build
         for art in ledger.artifacts(v.input_hash):
             if art.subject(v.tier.subject) != v.subject or v.context.get("image_id") in (None, art.image_id):
                 continue
@@ -234,6 +237,48 @@ def record_build(root: Path, res: BuildResult) -> tuple[Ledger, Artifact, list[F
 
 def record_outcomes(root: Path, artifact: Artifact, outcomes: list[TierOutcome]) -> tuple[Ledger, list[Fact]]:
     return append_with_applies(root, artifact.env, [verdict_of(o, artifact) for o in outcomes])
+
+
+EVIDENCE_DIR = "evidence"
+
+
+def evidence_path(root: Path, sha256_hex: str) -> Path:
+    """Where a verdict's evidence file lives, named by its own sha256 (so it is checked, never replaced)."""
+    return Path(root) / store.DIR / EVIDENCE_DIR / f"{sha256_hex}.json"
+
+
+def record_source_verdict(
+    root: Path,
+    env: str,
+    input_hash: str,
+    sources_sha256: str,
+    outcome: TierOutcome,
+    report: bytes,
+    context: dict[str, str],
+) -> tuple[Ledger, VerdictFact, Path]:
+    """Append a source tier's verdict (it judged the kernel sources at ``input_hash``, no build) and keep
+    its report beside the ledger, content-addressed: the verdict names the report by sha256."""
+    sha = hashlib.sha256(report).hexdigest()
+    path = evidence_path(root, sha)
+    if not path.is_file():
+        write_text_atomic(path, report.decode("utf-8"))
+    fact = VerdictFact(
+        env=env,
+        input_hash=input_hash,
+        date=utc_now(),
+        tier=outcome.tier,
+        verdict=outcome.verdict,
+        subject=source_subject(sources_sha256),
+        counts=dict(outcome.counts),
+        reasons=tidy_reasons(outcome.reasons),
+        duration_s=outcome.duration_s,
+        host={k: tidy_reasons([v])[0][:200] for k, v in outcome.host.items()},
+        source="build-host",
+        context={k: tidy_reasons([v])[0][:200] for k, v in context.items()},
+        evidence={"report_sha256": sha},
+    )  # fmt: skip
+    ledger, _added = store.append(root, env, [fact])
+    return ledger, fact, path
 
 
 def not_passed(outcomes: list[TierOutcome], required: tuple[Tier, ...]) -> list[TierOutcome]:

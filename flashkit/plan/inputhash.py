@@ -66,6 +66,12 @@ def manifest(
     return man
 
 
+def sources_digest(sources: Iterable[tuple[str, str, str]]) -> str:
+    """sha256 (hex) of the kernel sources as the manifest lists them: what a source-tier verdict judges."""
+    listed = sorted([path, mode, sha] for path, mode, sha in sources)
+    return hashlib.sha256(json.dumps(listed, separators=(",", ":"), ensure_ascii=True).encode("ascii")).hexdigest()
+
+
 def digest(man: dict) -> str:
     canonical = json.dumps(man, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return PREFIX + hashlib.sha256(canonical.encode("ascii")).hexdigest()
@@ -82,4 +88,14 @@ def tag_suffix(h: str) -> str:
     return h[:20]
 
 
-__all__ = ["HASH_RE", "PREFIX", "SCHEME", "digest", "is_input_hash", "manifest", "sha256_text", "tag_suffix"]
+__all__ = [
+    "HASH_RE",
+    "PREFIX",
+    "SCHEME",
+    "digest",
+    "is_input_hash",
+    "manifest",
+    "sha256_text",
+    "sources_digest",
+    "tag_suffix",
+]

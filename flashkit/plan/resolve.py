@@ -116,6 +116,14 @@ def _image(uv: str, spec: EnvSpec) -> LockTexts:
     return LockTexts(header(spec, "runtime") + runtime, header(spec, "build") + build_lines)
 
 
+def compile_requirements(spec: EnvSpec, reqs: tuple[str, ...]) -> str:
+    """``reqs`` resolved and hash-pinned for the image's Python and platform (uv; needs PyPI)."""
+    try:
+        return _compile(_uv(), spec, reqs)
+    except NoSolution as why:
+        raise LockError(f"{spec.id}: no wheels satisfy {' '.join(reqs)}: {why}") from None
+
+
 def resolve(spec: EnvSpec) -> Resolved:
     """Resolve the image's sets and every other Python's production set with uv (needs PyPI). Pure
     output: nothing is written."""

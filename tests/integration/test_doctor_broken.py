@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.images.container import BindMount, Container
+from flashkit.images.container import BindMount, Container, image_remove
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -312,6 +312,12 @@ def _doctor(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _drop_from_engine(engine, ref: str) -> None:
+    """A builder image was copied into the engine only for a container: its 5-11 GB go again at once, so two
+    builders never sit in the engine together (buildah's storage keeps the builder itself)."""
+    image_remove(engine, [ref], force=True)
+
+
 def _compile_in(engine, image: str, source: str, name: str, command: str, out: Path) -> Path:
     """Compile ``source`` in a container of ``image`` with ``command`` (in /src, $INC/$EXT set) and copy out."""
     src = out / "src"
@@ -357,7 +363,8 @@ def sm80_in_builder(engine, built_env, kit_wheels, tmp_path_factory):
         arch_run = c.exec(["flashkit", "doctor", "--repo", "/repo", "--json", "--arch", "9.0", "--arch", "8.6"])
         _checked(c.exec(["python3", "-m", "flashkit.doctor.probe", "-o", "/tmp/facts.json"], workdir="/tmp"), "probe")
         facts = c.copy_out("/tmp/facts.json", out)
-        yield {"module": module, "arch_run": arch_run, "facts": facts, "dir": out}
+    _drop_from_engine(engine, res.builder_ref)
+    yield {"module": module, "arch_run": arch_run, "facts": facts, "dir": out}
 
 
 def test_sm80_only_module_has_no_code_for_sm90(sm80_in_builder):
@@ -421,7 +428,7 @@ def test_sm80_only_module_against_the_h200_facts(sm80_in_builder):
 @pytest.fixture(scope="module")
 def cp313_module(engine, built_env, tmp_path_factory) -> Path:
     builder = built_env("cu124-torch27", builder=True).builder_ref
-    return _compile_in(
+    module = _compile_in(
         engine,
         builder,
         CP313_SOURCE,
@@ -429,6 +436,8 @@ def cp313_module(engine, built_env, tmp_path_factory) -> Path:
         'gcc -shared -fPIC -O2 -I"$INC" pyver.c -o "_pyver$EXT"',
         tmp_path_factory.mktemp("cp313"),
     )
+    _drop_from_engine(engine, builder)
+    return module
 
 
 def test_cpython_module_under_another_python(cp313_module, tmp_path):

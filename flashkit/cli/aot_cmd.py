@@ -1,0 +1,117 @@
+"""`flashkit aot ENV`: the triton-aot tier (compile-only, no GPU, no image), its lock and its table.
+
+flashkit aot ENV                 compile every specialisation for the env's targets, record the verdict
+flashkit aot ENV --targets hip:gfx942 --only _bwd    a subset, for a quick look: printed, never recorded
+flashkit aot ENV --lock          resolve lockfiles/ENV/triton-aot.txt (base-image envs; needs PyPI)
+flashkit aot ENV --show          the resource table of the verdict at the current input hash
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from flashkit.cli.common import plans, root, say
+from flashkit.core import paths
+from flashkit.core.atomic import write_text_atomic
+from flashkit.core.errors import NotVerified, RecordError, UsageError
+from flashkit.core.names import Tier
+from flashkit.images import triton_aot
+from flashkit.images.build import WORK
+from flashkit.ledger import gate, record, store
+from flashkit.plan import inputhash, resolve, triton_pin
+from flashkit.plan.plan import Plan
+
+
+def _aot_lock_text(r: Path, plan: Plan) -> str | None:
+    path = paths.lock_dir(r, plan.env_id) / triton_pin.AOT_LOCK
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def cmd_lock(r: Path, plan: Plan) -> int:
+    reqs = triton_pin.aot_lock_inputs(plan.spec)
+    if not reqs:
+        raise UsageError(
+            f"{plan.env_id}: only an env whose torch comes from its base image (with a known triton) has "
+            f"{triton_pin.AOT_LOCK}; this one uses the triton pinned in lockfiles/{plan.env_id}/py{plan.spec.python}.txt"
+        )
+    say(f"{plan.env_id}: resolving {' '.join(reqs)} for Python {plan.spec.python} (uv, needs PyPI)...")
+    text = triton_pin.aot_lock_header(plan.spec) + resolve.compile_requirements(plan.spec, reqs)
+    path = paths.lock_dir(r, plan.env_id) / triton_pin.AOT_LOCK
+    write_text_atomic(path, text)
+    print(f"{plan.env_id}: wrote {paths.rel(r, path)}")
+    return 0
+
+
+def _targets(plan: Plan, text: str | None) -> tuple[tuple[str, ...], bool]:
+    """The targets to compile for, and whether they are all the env's (only then is the run the tier)."""
+    own = triton_aot.targets_for(plan.spec)
+    if not text:
+        return own, True
+    asked = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    return asked, set(asked) >= set(own)
+
+
+def cmd_show(r: Path, plan: Plan) -> int:
+    j = gate.source_judgement(store.load(r, plan.env_id), plan.input_hash, Tier.TRITON_AOT)
+    if j.verdict is None:
+        print(f"{plan.env_id}: {j.how}")
+        return NotVerified.exit_code
+    v = j.verdict
+    sha = v.evidence.get("report_sha256", "")
+    path = record.evidence_path(r, sha)
+    if not path.is_file():
+        raise RecordError(f"verdict {v.id[7:19]} names the report {sha}, which is not in {paths.rel(r, path.parent)}")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise RecordError(f"{paths.rel(r, path)} is not the report verdict {v.id[7:19]} names (its sha256 differs)")
+    print(f"{plan.env_id}: triton-aot {v.verdict} on {v.date[:10]}, triton {v.context.get('triton')}")
+    for reason in v.reasons:
+        print(f"  {reason}")
+    print(triton_aot.table(json.loads(data)))
+    return 0 if v.passed else NotVerified.exit_code
+
+
+def cmd_aot(args) -> int:
+    r = root(args)
+    (plan,) = plans(r, args, accepted=True)
+    if args.lock:
+        return cmd_lock(r, plan)
+    if args.show:
+        return cmd_show(r, plan)
+    pin = triton_pin.pin_for(plan.spec, plan.locks.runtime, _aot_lock_text(r, plan))
+    targets, whole = _targets(plan, args.targets)
+    recorded = whole and not args.only
+    say(f"{plan.env_id}: compiling flash_kernels' Triton kernels for {', '.join(targets)} with triton {pin.version}")
+    run = triton_aot.run(plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only)
+    o = run.outcome
+    print(
+        f"{plan.env_id} triton-aot: {o.verdict} ({', '.join(f'{k} {v}' for k, v in o.counts.items())}) in {o.duration_s:.0f}s"
+    )
+    for reason in o.reasons[:12]:
+        print(f"  {reason}")
+    if recorded:
+        digest = inputhash.sources_digest((f.path, f.mode, f.sha256) for f in plan.sources)
+        _ledger, fact, path = record.record_source_verdict(
+            r, plan.env_id, plan.input_hash, digest, o, run.report, run.context
+        )
+        print(
+            f"ledger: {paths.rel(r, store.ledger_path(r, plan.env_id))} (verdict {fact.id[7:19]}); report {paths.rel(r, path)}"
+        )
+    else:
+        print("not recorded: a subset of the env's targets or kernels is a look, not the tier")
+    return 0 if o.verdict == "passed" else NotVerified.exit_code
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "aot", help="triton-aot tier: compile every Triton specialisation for the env's GPU targets (no GPU needed)"
+    )
+    p.add_argument("env", help="env id, e.g. rocm64-torch27")
+    p.add_argument("--targets", help="comma list such as hip:gfx942,cuda:80 (default: the env's gpu_targets)")
+    p.add_argument("--only", metavar="TEXT", help="only specialisations whose name contains TEXT (not recorded)")
+    p.add_argument("--jobs", type=int, default=2, help="compiles in parallel (default 2)")
+    p.add_argument("--lock", action="store_true", help=f"resolve lockfiles/ENV/{triton_pin.AOT_LOCK} (needs PyPI)")
+    p.add_argument("--show", action="store_true", help="print the recorded resource table at the current input hash")
+    p.set_defaults(run=cmd_aot)

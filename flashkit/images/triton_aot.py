@@ -1,0 +1,215 @@
+"""The ``triton-aot`` tier: every Triton specialisation flash_kernels would launch, compiled ahead of time
+for GPU targets this host does not have (AMD gfx90a/gfx942, NVIDIA sm_80), with the triton the env pins.
+
+It needs no GPU, no image and no torch: a virtual environment holds only the env's triton (hash-pinned,
+cached under ``.work/aot/``), and the kernel package's own ``flash_kernels.aot`` enumerates what the
+launchers would compile (tile configs chosen by the kernels' own selection for each target, configs that
+cannot fit a target pruned by it) and reports, per specialisation, whether it compiled and what it uses
+(registers or VGPRs, shared memory or LDS, spills). The kernel sources are the plan's bytes, the ones the
+input hash covers, staged into a temporary folder: what is compiled is exactly what the verdict names.
+
+What it proves: the kernels compile for those targets and fit their resources. What it does not: that
+they run or are correct there. The verdict says so in plain words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from flashkit.core.errors import TierError
+from flashkit.core.names import Tier, Verdict
+from flashkit.images.tiers import TierOutcome, host_facts
+from flashkit.plan.plan import Plan
+from flashkit.plan.triton_pin import TritonPin
+
+PACKAGE_DIR = "flash_kernels"  # the kernel package's folder in the repo: its sources' paths start here
+MODULE = "flash_kernels.aot"
+VENV_TIMEOUT_S = 1800
+SECONDS_PER_TARGET = 3600  # a target whose enumeration takes longer is a hang, not a slow compile
+HIP_PREFIX = "gfx"
+
+
+@dataclass(frozen=True)
+class AotRun:
+    outcome: TierOutcome
+    report: bytes  # the kernel package's JSON report, byte for byte (the verdict's evidence)
+    context: dict[str, str]  # triton version and wheel, targets, the largest resources per target
+
+
+def targets_for(spec) -> tuple[str, ...]:
+    """The env's own GPU targets in flash_kernels.aot's spelling: ``hip:gfx942``, ``cuda:80`` (9.0a -> 90)."""
+    out = []
+    for t in spec.gpu_targets:
+        if t.startswith(HIP_PREFIX):
+            out.append(f"hip:{t}")
+        else:
+            major, minor = t.rstrip("af").split(".")
+            out.append(f"cuda:{major}{minor}")
+    return tuple(dict.fromkeys(out))
+
+
+def _run(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+    except subprocess.TimeoutExpired:
+        raise TierError(f"{' '.join(cmd[:4])} … did not finish in {timeout:.0f} s") from None
+
+
+def venv_for(work: Path, pin: TritonPin) -> tuple[Path, str]:
+    """A virtual environment holding only the pinned triton, made once per pin and Python (atomically: a
+    half-made one is never reused); its python, and the sha256 of the triton wheel pip installed."""
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    key = hashlib.sha256(f"{py}\n{pin.requirements}".encode()).hexdigest()[:16]
+    final = work / "aot" / f"triton-{pin.version}-py{py}-{key}"
+    if not (final / "installed.json").is_file():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".venv-", dir=final.parent))
+        try:
+            _make_venv(staging, pin)
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    installed = json.loads((final / "installed.json").read_text())
+    return final / "bin" / "python", installed["triton_wheel_sha256"]
+
+
+def _make_venv(dest: Path, pin: TritonPin) -> None:
+    res = _run([sys.executable, "-m", "venv", str(dest)], 300)
+    if res.returncode != 0:
+        raise TierError(f"could not make a virtual environment: {res.stderr.strip()[-500:]}")
+    req, report = dest / "requirements.txt", dest / "pip-report.json"
+    req.write_text(pin.requirements)
+    # --report names the file pip took and its hash: the wheel the verdict's context records.
+    res = _run(
+        [str(dest / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--require-hashes", "--no-deps", "--only-binary", ":all:", "--report", str(report), "-r", str(req)],
+        VENV_TIMEOUT_S,
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise TierError(
+            f"installing triton {pin.version} ({pin.source}) failed: {res.stderr.strip()[-800:]}",
+            hint="the tier needs PyPI (or PIP_INDEX_URL) to fetch the pinned wheel once",
+        )
+    items = json.loads(report.read_text()).get("install", [])
+    digest = next(
+        (i["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256", "")
+         for i in items if i.get("metadata", {}).get("name", "").lower() == "triton"),
+        "",
+    )  # fmt: skip
+    (dest / "installed.json").write_text(json.dumps({"triton": pin.version, "triton_wheel_sha256": digest}))
+
+
+def stage_sources(plan: Plan, dest: Path) -> Path:
+    """The plan's kernel sources (the bytes the input hash covers) under ``dest``; the folder to import from."""
+    for f in plan.sources:
+        path = dest / f.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f.data)
+    return dest / PACKAGE_DIR
+
+
+def run(
+    plan: Plan, pin: TritonPin, work: Path, targets: tuple[str, ...], jobs: int = 2, only: str | None = None
+) -> AotRun:
+    """Compile every specialisation for ``targets`` and judge the report (``only``: a subset, for a quick look)."""
+    start = time.monotonic()
+    python, wheel_sha = venv_for(work, pin)
+    with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
+        pkg = stage_sources(plan, Path(tmp) / "src")
+        out = Path(tmp) / "report.json"
+        cmd = [str(python), "-m", MODULE, *(a for t in targets for a in ("--target", t)), "--jobs", str(jobs)]
+        cmd += ["--out", str(out)] + (["--only", only] if only else [])
+        env = {**os.environ, "PYTHONPATH": str(pkg), "PYTHONDONTWRITEBYTECODE": "1"}
+        env["TRITON_CACHE_DIR"] = str(Path(tmp) / "cache")  # a cold cache: every kernel is really compiled
+        res = _run(cmd, SECONDS_PER_TARGET * len(targets), env=env, cwd=Path(tmp))
+        if res.returncode == 2 or not out.is_file():
+            raise TierError(
+                f"{MODULE} could not run with triton {pin.version} (exit {res.returncode}): "
+                f"{(res.stderr or res.stdout).strip()[-1200:]}"
+            )
+        data = out.read_bytes()
+    report = json.loads(data)
+    outcome = outcome_of(report, res.returncode, pin, targets, start)
+    return AotRun(outcome, data, context_of(report, pin, wheel_sha, targets))
+
+
+def _summary(report: dict) -> dict[str, dict]:
+    return report.get("summary", {})
+
+
+def outcome_of(report: dict, returncode: int, pin: TritonPin, targets: tuple[str, ...], start: float) -> TierOutcome:
+    """The verdict a report supports: passed only when every specialisation that was not pruned compiled,
+    on every target asked for, and the exit status agrees."""
+    summ = _summary(report)
+    compiled = sum(int(s.get("compiled", 0)) for s in summ.values())
+    failed = sum(int(s.get("failed", 0)) for s in summ.values())
+    pruned = sum(int(s.get("pruned", 0)) for s in summ.values())
+    reasons = []
+    missing = [t for t in targets if t not in summ]
+    for t in missing:
+        reasons.append(f"{t}: the report has no result for this target")
+    for t, s in sorted(summ.items()):
+        reasons.append(_target_line(t, s))
+    for k in [k for k in report.get("kernels", []) if k.get("status") == "failed"][:20]:
+        reasons.append(
+            f"failed {k.get('target')} {k.get('kernel')} {k.get('key', '')}: {str(k.get('error', ''))[:300]}"
+        )
+    ok = returncode == 0 and failed == 0 and compiled > 0 and not missing
+    if ok:
+        amd = [t for t in targets if t.startswith("hip:")]
+        what = "Triton-AMD kernels compile for " if amd else "Triton kernels compile for "
+        reasons.insert(
+            0,
+            what + " and ".join(t.split(":", 1)[1] for t in targets)
+            + f" with triton {pin.version}; never run on " + ("an AMD GPU" if amd else "these GPUs here"),
+        )  # fmt: skip
+    elif returncode not in (0, 1):
+        reasons.insert(0, f"{MODULE} exited {returncode}")
+    host = {**host_facts(), "triton": pin.version, "python": sys.version.split()[0]}
+    counts = {"checked": compiled, "failed": failed, "pruned": pruned}
+    verdict = Verdict.PASSED if ok else Verdict.FAILED
+    return TierOutcome(Tier.TRITON_AOT, verdict, counts, tuple(reasons), round(time.monotonic() - start, 1), host)
+
+
+def _target_line(target: str, s: dict) -> str:
+    parts = [f"{target}: {s.get('compiled', 0)} compiled, {s.get('failed', 0)} failed, {s.get('pruned', 0)} pruned"]
+    for key in ("max_registers", "max_vgprs", "max_shared_bytes", "max_lds_bytes", "with_spills", "seconds"):
+        if key in s:
+            parts.append(f"{key.replace('_', ' ')} {s[key]}")
+    return ", ".join(parts)
+
+
+def context_of(report: dict, pin: TritonPin, wheel_sha: str, targets: tuple[str, ...]) -> dict[str, str]:
+    ctx = {"triton": pin.version, "triton_wheel_sha256": wheel_sha, "triton_pin": pin.source[:200]}
+    ctx["targets"] = ",".join(targets)
+    for t, s in sorted(_summary(report).items()):
+        name = t.replace(":", "_")
+        for key in ("max_registers", "max_vgprs", "max_shared_bytes", "max_lds_bytes", "with_spills"):
+            if key in s:
+                ctx[f"{name}.{key}"] = str(s[key])
+    return ctx
+
+
+def table(report: dict) -> str:
+    """The per-specialisation resource table of a report, one line each, for `flashkit aot --show`."""
+    rows = [("target", "kernel", "specialisation", "status", "regs/vgprs", "shared/lds", "spills")]
+    for k in report.get("kernels", []):
+        res = k.get("resources") or {}
+        regs = res.get("registers", res.get("vgprs", ""))
+        shared = res.get("shared_bytes", res.get("lds_bytes", ""))
+        spills = res.get("spill_bytes", res.get("vgpr_spills", ""))
+        rows.append(
+            (k.get("target", ""), k.get("kernel", ""), k.get("key", ""), k.get("status", ""), regs, shared, spills)
+        )
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

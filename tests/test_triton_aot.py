@@ -1,0 +1,174 @@
+"""The triton-aot tier's kit side: which triton it compiles with, which targets, how a report becomes a
+verdict, and how that verdict is kept (content-addressed report, judged at the input hash, shown by matrix).
+
+The compile itself runs in tests/integration/test_triton_aot_compile.py (it installs triton from PyPI)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kitsupport import REPO, input_hash
+
+from flashkit.core.errors import LockError, RecordError
+from flashkit.core.names import Tier, Verdict
+from flashkit.images import triton_aot
+from flashkit.images.tiers import TierOutcome
+from flashkit.ledger import gate, record, store
+from flashkit.plan import inputhash, triton_pin
+from flashkit.plan.plan import load_plan
+from flashkit.plan.specfile import load_env
+
+ROCM = "rocm64-torch27"
+CUDA = "cu130-torch211"
+
+
+def _pin(root, env):
+    plan = load_plan(root, env)
+    aot = root / "lockfiles" / env / triton_pin.AOT_LOCK
+    return triton_pin.pin_for(plan.spec, plan.locks.runtime, aot.read_text() if aot.is_file() else None)
+
+
+def test_a_pypi_torch_env_compiles_with_the_triton_of_its_own_runtime_lock():
+    pin = _pin(REPO, CUDA)
+    assert pin.version == "3.6.0"
+    assert pin.source == "lockfiles/cu130-torch211/py3.11.txt"
+    lines = [x for x in pin.requirements.splitlines() if not x.strip().startswith("--hash")]
+    assert lines == ["triton==3.6.0 \\"]  # nothing but the compiler: not torch, not the CUDA wheels
+    assert pin.requirements.count("--hash=sha256:") >= 10  # every wheel of the release, each by hash
+
+
+def test_the_rocm_env_compiles_with_the_triton_release_its_torch_pins():
+    pin = _pin(REPO, ROCM)
+    assert pin.version == "3.3.1"
+    assert "pytorch-triton-rocm 3.3.1" in pin.source
+    assert "triton==3.3.1" in pin.requirements and "--hash=sha256:" in pin.requirements
+
+
+def test_a_missing_or_foreign_aot_lock_says_what_to_run(kit_repo):
+    path = kit_repo / "lockfiles" / ROCM / triton_pin.AOT_LOCK
+    text = path.read_text()
+    path.unlink()
+    with pytest.raises(LockError) as e:
+        _pin(kit_repo, ROCM)
+    assert "triton-aot.txt is missing" in str(e.value) and "flashkit aot rocm64-torch27 --lock" in e.value.hint
+    path.write_text(text.replace("triton==3.3.1", "triton==3.4.0"))
+    with pytest.raises(LockError) as e:
+        _pin(kit_repo, ROCM)
+    assert "was not resolved from triton==3.3.1" in str(e.value)
+
+
+def test_a_base_image_env_whose_triton_is_unknown_is_refused_with_the_table_to_extend():
+    spec = load_env(REPO, "cu131-torch210-ngc")
+    with pytest.raises(LockError) as e:
+        triton_pin.pin_for(spec, "", None)
+    assert "knows no triton release" in str(e.value) and "BASE_IMAGE_TRITON" in e.value.hint
+
+
+def test_targets_are_the_envs_own_in_the_compilers_spelling():
+    assert triton_aot.targets_for(load_env(REPO, ROCM)) == ("hip:gfx90a", "hip:gfx942")
+    assert triton_aot.targets_for(load_env(REPO, CUDA)) == ("cuda:80", "cuda:90")
+
+
+def _report(**per_target) -> dict:
+    kernels = []
+    for target, (compiled, failed) in per_target.items():
+        kernels += [
+            {
+                "target": target,
+                "kernel": "_attn_fwd",
+                "key": f"fp16 d64 #{i}",
+                "status": "compiled",
+                "resources": {"vgprs": 128, "lds_bytes": 32768},
+            }
+            for i in range(compiled)
+        ]
+        kernels += [
+            {"target": target, "kernel": "_bwd_dq", "key": "fp32 d256", "status": "failed", "error": "out of LDS"}
+            for _ in range(failed)
+        ]
+    summary = {
+        t: {"compiled": c, "failed": f, "pruned": 1, "max_vgprs": 128, "max_lds_bytes": 32768}
+        for t, (c, f) in per_target.items()
+    }
+    return {"schema": 1, "triton": "3.3.1", "kernels": kernels, "summary": summary}  # fmt: skip
+
+
+PIN = triton_pin.TritonPin("3.3.1", "triton==3.3.1\n", "lockfiles/x/triton-aot.txt")
+AMD = ("hip:gfx90a", "hip:gfx942")
+
+
+def test_every_target_compiled_is_a_pass_that_says_it_never_ran_on_the_gpu():
+    o = triton_aot.outcome_of(_report(**{t: (3, 0) for t in AMD}), 0, PIN, AMD, 0.0)
+    assert o.verdict is Verdict.PASSED
+    assert o.counts == {"checked": 6, "failed": 0, "pruned": 2}
+    assert o.reasons[0] == (
+        "Triton-AMD kernels compile for gfx90a and gfx942 with triton 3.3.1; never run on an AMD GPU"
+    )
+    assert any(r.startswith("hip:gfx942: 3 compiled, 0 failed, 1 pruned, max vgprs 128, max lds bytes 32768")
+               for r in o.reasons)  # fmt: skip
+
+
+def test_a_failed_specialisation_a_missing_target_or_a_bad_exit_is_no_pass():
+    failed = triton_aot.outcome_of(_report(**{"hip:gfx90a": (3, 1), "hip:gfx942": (3, 0)}), 1, PIN, AMD, 0.0)
+    assert failed.verdict is Verdict.FAILED
+    assert any(r.startswith("failed hip:gfx90a _bwd_dq fp32 d256: out of LDS") for r in failed.reasons)
+    missing = triton_aot.outcome_of(_report(**{"hip:gfx942": (3, 0)}), 0, PIN, AMD, 0.0)
+    assert missing.verdict is Verdict.FAILED
+    assert "hip:gfx90a: the report has no result for this target" in missing.reasons
+    lying = triton_aot.outcome_of(_report(**{t: (3, 0) for t in AMD}), 1, PIN, AMD, 0.0)
+    assert lying.verdict is Verdict.FAILED  # the exit status must agree with the counts
+
+
+def _record(root, env=ROCM, verdict=Verdict.PASSED, report=None):
+    plan = load_plan(root, env)
+    rep = json.dumps(report or _report(**{t: (3, 0) for t in AMD}), sort_keys=True).encode()
+    counts = {"checked": 6, "failed": 0, "pruned": 2}
+    o = TierOutcome(Tier.TRITON_AOT, verdict, counts, ("compiled",), 1.0, {"hostname": "h", "triton": "3.3.1"})
+    digest = inputhash.sources_digest((f.path, f.mode, f.sha256) for f in plan.sources)
+    return record.record_source_verdict(root, env, plan.input_hash, digest, o, rep, {"triton": "3.3.1"}), rep
+
+
+def test_the_verdict_names_the_sources_and_its_report_by_sha256_and_matrix_shows_it_without_a_build(kit_repo, cli):
+    (_ledger, fact, path), rep = _record(kit_repo)
+    assert fact.subject.kind.value == "source" and fact.evidence["report_sha256"] in path.name
+    assert path.read_bytes() == rep
+    again = store.load(kit_repo, ROCM)  # read back: schema, ids and the source subject all check
+    assert again.verdicts()[0] == fact
+    s = gate.summary(again, input_hash(kit_repo, ROCM))
+    assert s.tiers == {"triton-aot": "passed"} and s.status.startswith("triton-aot:passed (no build")
+    r = cli("--repo", str(kit_repo), "matrix")
+    assert any(x.startswith(ROCM + " ") and ".....P" in x for x in r.out.splitlines())
+    shown = cli("--repo", str(kit_repo), "aot", ROCM, "--show")
+    assert shown.code == 0 and "_attn_fwd" in shown.out and "fp16 d64 #2" in shown.out
+
+
+def test_a_report_that_is_not_the_one_the_verdict_names_is_refused(kit_repo, cli):
+    (_ledger, _fact, path), _rep = _record(kit_repo)
+    path.write_text(path.read_text().replace("_attn_fwd", "_attn_xyz"))
+    shown = cli("--repo", str(kit_repo), "aot", ROCM, "--show")
+    assert shown.code == RecordError.exit_code and "sha256 differs" in shown.err
+
+
+def test_a_verdict_at_an_older_input_hash_does_not_count(kit_repo):
+    _record(kit_repo)
+    spec = kit_repo / "flash_kernels" / "flash_kernels" / "triton_attention.py"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(spec.read_text() + "\n# changed\n" if spec.exists() else "# new\n")
+    j = gate.source_judgement(store.load(kit_repo, ROCM), input_hash(kit_repo, ROCM), Tier.TRITON_AOT)
+    assert j.verdict is None and "no triton-aot verdict" in j.how
+
+
+def test_a_pass_with_nothing_compiled_cannot_be_written_or_read(kit_repo):
+    with pytest.raises(RecordError):
+        store.append(kit_repo, ROCM, [_forged_empty_pass(kit_repo)])
+
+
+def _forged_empty_pass(root):
+    from flashkit.ledger.model import VerdictFact, source_subject
+
+    return VerdictFact(
+        env=ROCM, input_hash=input_hash(root, ROCM), date="2026-12-02T00:00:00+00:00", tier=Tier.TRITON_AOT,
+        verdict=Verdict.PASSED, subject=source_subject("0" * 64), counts={"checked": 0, "failed": 0},
+        reasons=(), duration_s=0.0, host={}, source="build-host",
+    )  # fmt: skip
