@@ -28,6 +28,7 @@ from pathlib import Path
 from flashkit.core.errors import TierError
 from flashkit.core.names import Tier, Verdict
 from flashkit.images.tiers import TierOutcome, host_facts
+from flashkit.plan import hosts
 from flashkit.plan.plan import Plan
 from flashkit.plan.triton_pin import TritonPin
 
@@ -46,12 +47,13 @@ class AotRun:
 
 
 def targets_for(spec) -> tuple[str, ...]:
-    """The env's own GPU targets in flash_kernels.aot's spelling: ``hip:gfx942``, ``cuda:80`` (9.0a -> 90)."""
+    """The env's GPU targets that no host here runs, in flash_kernels.aot's spelling (``hip:gfx942``,
+    ``cuda:80``). The GPU host's own (sm_90) is left out: its kernels run there for real (artifact-gpu)."""
     out = []
     for t in spec.gpu_targets:
         if t.startswith(HIP_PREFIX):
             out.append(f"hip:{t}")
-        else:
+        elif t.rstrip("af") != hosts.GPU_HOST_SM:
             major, minor = t.rstrip("af").split(".")
             out.append(f"cuda:{major}{minor}")
     return tuple(dict.fromkeys(out))
@@ -127,7 +129,15 @@ def run(
     with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
         pkg = stage_sources(plan, Path(tmp) / "src")
         out = Path(tmp) / "report.json"
-        cmd = [str(python), "-m", MODULE, *(a for t in targets for a in ("--target", t)), "--jobs", str(jobs)]
+        cmd = [
+            str(python),
+            "-m",
+            MODULE,
+            *(a for t in targets for a in ("--target", t)),
+            "--jobs",
+            str(jobs),
+            "--timings",
+        ]
         cmd += ["--out", str(out)] + (["--only", only] if only else [])
         env = {**os.environ, "PYTHONPATH": str(pkg), "PYTHONDONTWRITEBYTECODE": "1"}
         env["TRITON_CACHE_DIR"] = str(Path(tmp) / "cache")  # a cold cache: every kernel is really compiled
@@ -144,7 +154,7 @@ def run(
 
 
 def _summary(report: dict) -> dict[str, dict]:
-    return report.get("summary", {})
+    return report.get("targets", {})
 
 
 def outcome_of(report: dict, returncode: int, pin: TritonPin, targets: tuple[str, ...], start: float) -> TierOutcome:
@@ -160,10 +170,8 @@ def outcome_of(report: dict, returncode: int, pin: TritonPin, targets: tuple[str
         reasons.append(f"{t}: the report has no result for this target")
     for t, s in sorted(summ.items()):
         reasons.append(_target_line(t, s))
-    for k in [k for k in report.get("kernels", []) if k.get("status") == "failed"][:20]:
-        reasons.append(
-            f"failed {k.get('target')} {k.get('kernel')} {k.get('key', '')}: {str(k.get('error', ''))[:300]}"
-        )
+    for k in [k for k in report.get("specialisations", []) if k.get("status") == "failed"][:20]:
+        reasons.append(f"failed {k.get('target')} {k.get('id', '')}: {str(k.get('error', ''))[:300]}")
     ok = returncode == 0 and failed == 0 and compiled > 0 and not missing
     if ok:
         amd = [t for t in targets if t.startswith("hip:")]
@@ -183,9 +191,10 @@ def outcome_of(report: dict, returncode: int, pin: TritonPin, targets: tuple[str
 
 def _target_line(target: str, s: dict) -> str:
     parts = [f"{target}: {s.get('compiled', 0)} compiled, {s.get('failed', 0)} failed, {s.get('pruned', 0)} pruned"]
-    for key in ("max_registers", "max_vgprs", "max_shared_bytes", "max_lds_bytes", "with_spills", "seconds"):
-        if key in s:
-            parts.append(f"{key.replace('_', ' ')} {s[key]}")
+    shared = "max LDS bytes" if target.startswith("hip:") else "max shared bytes"
+    names = {"max_registers": "max registers", "max_vgprs": "max VGPRs", "max_shared_bytes": shared}
+    names |= {"with_spills": "with spills", "seconds": "seconds"}
+    parts += [f"{label} {s[key]}" for key, label in names.items() if key in s]
     return ", ".join(parts)
 
 
@@ -194,7 +203,7 @@ def context_of(report: dict, pin: TritonPin, wheel_sha: str, targets: tuple[str,
     ctx["targets"] = ",".join(targets)
     for t, s in sorted(_summary(report).items()):
         name = t.replace(":", "_")
-        for key in ("max_registers", "max_vgprs", "max_shared_bytes", "max_lds_bytes", "with_spills"):
+        for key in ("max_registers", "max_vgprs", "max_shared_bytes", "with_spills", "specialisations"):
             if key in s:
                 ctx[f"{name}.{key}"] = str(s[key])
     return ctx
@@ -202,14 +211,13 @@ def context_of(report: dict, pin: TritonPin, wheel_sha: str, targets: tuple[str,
 
 def table(report: dict) -> str:
     """The per-specialisation resource table of a report, one line each, for `flashkit aot --show`."""
-    rows = [("target", "kernel", "specialisation", "status", "regs/vgprs", "shared/lds", "spills")]
-    for k in report.get("kernels", []):
+    rows = [("target", "specialisation", "status", "regs/VGPRs", "shared/LDS B", "spills")]
+    for k in report.get("specialisations", []):
         res = k.get("resources") or {}
-        regs = res.get("registers", res.get("vgprs", ""))
-        shared = res.get("shared_bytes", res.get("lds_bytes", ""))
-        spills = res.get("spill_bytes", res.get("vgpr_spills", ""))
-        rows.append(
-            (k.get("target", ""), k.get("kernel", ""), k.get("key", ""), k.get("status", ""), regs, shared, spills)
-        )
+        regs = res.get("registers", res.get("vgpr_count", ""))
+        shared = res.get("lds_bytes", res.get("shared_bytes", ""))
+        spills = res.get("vgpr_spill_count", (res.get("spill_store_bytes", 0) + res.get("spill_load_bytes", 0)) or "")
+        status = k.get("status", "") + (f" ({k['reason']})" if k.get("reason") else "")
+        rows.append((k.get("target", ""), k.get("id", ""), status, regs, shared, spills if res else ""))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
