@@ -174,19 +174,27 @@ def outcome_of(report: dict, returncode: int, pin: TritonPin, targets: tuple[str
         reasons.append(f"failed {k.get('target')} {k.get('id', '')}: {str(k.get('error', ''))[:300]}")
     ok = returncode == 0 and failed == 0 and compiled > 0 and not missing
     if ok:
-        amd = [t for t in targets if t.startswith("hip:")]
-        what = "Triton-AMD kernels compile for " if amd else "Triton kernels compile for "
-        reasons.insert(
-            0,
-            what + " and ".join(t.split(":", 1)[1] for t in targets)
-            + f" with triton {pin.version}; never run on " + ("an AMD GPU" if amd else "these GPUs here"),
-        )  # fmt: skip
+        reasons.insert(0, headline(targets, pin.version))
     elif returncode not in (0, 1):
         reasons.insert(0, f"{MODULE} exited {returncode}")
     host = {**host_facts(), "triton": pin.version, "python": sys.version.split()[0]}
     counts = {"checked": compiled, "failed": failed, "pruned": pruned}
     verdict = Verdict.PASSED if ok else Verdict.FAILED
     return TierOutcome(Tier.TRITON_AOT, verdict, counts, tuple(reasons), round(time.monotonic() - start, 1), host)
+
+
+def arch_name(target: str) -> str:
+    """``hip:gfx942`` -> gfx942, ``cuda:80`` -> sm_80: the names users know the GPUs by."""
+    backend, arch = target.split(":", 1)
+    return f"sm_{arch}" if backend == "cuda" else arch
+
+
+def headline(targets: tuple[str, ...], triton: str) -> str:
+    """What a pass says, and what it does not: these kernels were compiled, never run, for those GPUs."""
+    names = " and ".join(arch_name(t) for t in targets)
+    if all(t.startswith("hip:") for t in targets):
+        return f"Triton-AMD kernels compile for {names} with triton {triton}; never run on an AMD GPU"
+    return f"Triton kernels compile for {names} with triton {triton}; never run on such a GPU here"
 
 
 def _target_line(target: str, s: dict) -> str:
