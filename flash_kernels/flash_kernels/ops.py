@@ -317,7 +317,8 @@ def attn_kvcache_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optiona
             batch, nheads_k if pack_gqa else nheads_q, seqlen_q * (group if pack_gqa else 1),
             capacity)
     else:
-        splits = min(1 << (splits - 1).bit_length(), 128)  # the combine kernel wants a power of 2
+        # The combine kernel wants a power of 2.
+        splits = min(1 << (splits - 1).bit_length(), triton_ops.MAX_SPLITS)
     return triton_ops.attention_forward(
         q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
         seqlens_k=seqlens_k,

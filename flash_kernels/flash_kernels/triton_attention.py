@@ -30,20 +30,27 @@ import triton
 from .triton_backward import _bwd_delta, _bwd_dkdv, _bwd_dq
 from .triton_forward import _attn_fwd, _attn_probs, _combine_splits
 from .triton_kvcache import _append_kv, _rotary_q
+from .targets import Target, current
 from .triton_tiles import (
-    INTERPRETING,
+    COMBINE_BLOCK_M,
+    DELTA_BLOCK_M,
+    MAX_SPLITS,
     TileConfig,
     _bwd_candidates,
     _bwd_config,
     _choose,
+    _decode_config,
+    _dot_precision,
     _fwd_candidates,
     _fwd_config,
     _head_dim_pad,
+    _heads_block,
+    _probs_tiles,
     decode_num_splits,
 )
 
-__all__ = ["Dropout", "append_kv", "attention_backward", "attention_forward", "attention_probs",
-           "decode_num_splits", "rotary_q"]
+__all__ = ["MAX_SPLITS", "Dropout", "append_kv", "attention_backward", "attention_forward",
+           "attention_probs", "decode_num_splits", "rotary_q"]
 MAX_HEAD_DIM = 256
 
 
@@ -61,9 +68,9 @@ def _new_output(shape, dtype, device) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Host launchers. Shapes and dtypes were checked by the dispatch layer before we get here.
 # --------------------------------------------------------------------------------------
-def _dot_precision(dtype: torch.dtype) -> str:
-    # fp32 inputs must not silently drop to tf32 inside tl.dot.
-    return "ieee" if dtype == torch.float32 else "tf32"
+def _target(t: torch.Tensor) -> Target:
+    """The target the kernels launch on: the tensor's GPU (or the interpreter)."""
+    return current(t.device if t.device.type == "cuda" else None)
 
 
 def _window_flags(window_left: int, window_right: int) -> dict:
@@ -157,6 +164,8 @@ def attention_forward(q, k, v, sm_scale: float, window_left: int, window_right: 
     nheads_prog = nheads_k if pack_gqa else nheads_q
     rows = seqlen_q * (group if pack_gqa else 1)
     rng = _dropout_args(dropout, dummy, seqlen_q, seqlen_k)
+    target = _target(q)
+    dot_precision = _dot_precision(q.dtype, target)
 
     def launch(cfg: TileConfig, splits: int):
         grid = (triton.cdiv(max(rows, 1), cfg.block_m), batch * nheads_prog, splits)
@@ -184,28 +193,25 @@ def attention_forward(q, k, v, sm_scale: float, window_left: int, window_right: 
             HAS_LEFTPAD=leftpad is not None, PAGE_SIZE=page_size,
             SOFTCAP=softcap > 0, ALIBI=alibi_slopes is not None, DROPOUT=dropout is not None,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-            DOT_PRECISION=_dot_precision(q.dtype), **_window_flags(window_left, window_right),
+            DOT_PRECISION=dot_precision, **_window_flags(window_left, window_right),
             **cfg.launch_kwargs())
         if splits > 1:
-            block = 16
+            block = COMBINE_BLOCK_M
             _combine_splits[(triton.cdiv(seqlen_q, block), batch * nheads_q)](
                 o_part, lse_part, out, lse, *o_strides, *lse_strides,
                 nheads_q, seqlen_q, max_sq, batch,
                 NUM_SPLITS=splits, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block)
 
-    default = _fwd_config(head_dim_pad, q.dtype)
     if num_splits > 1 or pack_gqa or seqlens_k is not None:
         # Decode: few query rows, so small row tiles; the keys are split across programs.
-        if not INTERPRETING:
-            default = TileConfig(16 if rows <= 16 else (64 if rows <= 64 else default.block_m),
-                                 64 if head_dim_pad <= 128 else 32, 4, 2)
-        launch(default, num_splits)
+        launch(_decode_config(rows, head_dim_pad, q.dtype, target), num_splits)
         return out, lse
+    default = _fwd_config(head_dim_pad, q.dtype, target)
     key = (q.dtype, head_dim_pad, is_varlen, window_left >= 0, window_right >= 0, softcap > 0,
            alibi_slopes is not None, page_size, dropout is not None,
            triton.next_power_of_2(max(seqlen_q, 1)), triton.next_power_of_2(max(seqlen_k, 1)))
     work = batch * nheads_q * seqlen_q * seqlen_k
-    cfg = _choose("fwd", key, default, _fwd_candidates(head_dim_pad, q.dtype), work,
+    cfg = _choose("fwd", key, default, _fwd_candidates(head_dim_pad, q.dtype, target), work,
                   lambda c: launch(c, 1))
     launch(cfg, 1)
     return out, lse
@@ -235,7 +241,7 @@ def attention_probs(q, k, lse, sm_scale: float, window_left: int, window_right: 
     head_dim_pad = _head_dim_pad(head_dim)
     slopes, stride_ab = _alibi(alibi_slopes, batch, q.device)
     dummy = _dummy(q.device)
-    block_m, block_n = (64, 64) if head_dim_pad <= 128 else (32, 32)
+    block_m, block_n = _probs_tiles(head_dim_pad)
     _attn_probs[(triton.cdiv(rows, block_m), batch * nheads_q)](
         q, k, lse, probs, cu_seqlens_q if is_varlen else dummy,
         cu_seqlens_k if is_varlen else dummy, slopes, dropout.seed,
@@ -245,7 +251,7 @@ def attention_probs(q, k, lse, sm_scale: float, window_left: int, window_right: 
         max(seqlen_q, 1), max(seqlen_k, 1),
         GROUP=nheads_q // nheads_k, IS_VARLEN=is_varlen, SOFTCAP=softcap > 0,
         ALIBI=alibi_slopes is not None, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=_dot_precision(q.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=_dot_precision(q.dtype, _target(q)),
         **_window_flags(window_left, window_right))
     return probs
 
@@ -292,11 +298,13 @@ def attention_backward(dout, q, k, v, out, lse, sm_scale: float, window_left: in
     delta = torch.empty_like(lse)
     softcap_arg = softcap if softcap > 0 else 1.0
     rng = _dropout_args(dropout, dummy, seqlen_q, seqlen_k)
+    target = _target(q)
     flags = dict(IS_VARLEN=is_varlen, SOFTCAP=softcap > 0, ALIBI=alibi_slopes is not None,
                  DROPOUT=dropout is not None, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-                 DOT_PRECISION=_dot_precision(q.dtype), **_window_flags(window_left, window_right))
+                 DOT_PRECISION=_dot_precision(q.dtype, target),
+                 **_window_flags(window_left, window_right))
 
-    block = 64
+    block = DELTA_BLOCK_M
     _bwd_delta[(triton.cdiv(max(seqlen_q, 1), block), batch * nheads_q)](
         out, dout, delta, cu_q, *strides(out), *strides(dout), *lse_strides, nheads_q, seqlen_q,
         IS_VARLEN=is_varlen, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block)
@@ -316,12 +324,12 @@ def attention_backward(dout, q, k, v, out, lse, sm_scale: float, window_left: in
             *lse_strides, stride_ab, nheads_q, seqlen_q, seqlen_k, sm_scale, softcap_arg,
             window_left, window_right, *rng[1:], GROUP=group, **flags, **cfg.launch_kwargs())
 
-    default = _bwd_config(head_dim_pad, q.dtype)
+    default = _bwd_config(head_dim_pad, q.dtype, target)
     key = (q.dtype, head_dim_pad, group, is_varlen, window_left >= 0, window_right >= 0,
            softcap > 0, alibi_slopes is not None, dropout is not None,
            triton.next_power_of_2(max(seqlen_q, 1)), triton.next_power_of_2(max(seqlen_k, 1)))
     work = batch * nheads_q * seqlen_q * seqlen_k
-    candidates = _bwd_candidates(head_dim_pad, q.dtype)
+    candidates = _bwd_candidates(head_dim_pad, q.dtype, target)
     launch_dkdv(_choose("dkdv", key, default, candidates, work, launch_dkdv))
     launch_dq(_choose("dq", key, default, candidates, work, launch_dq))
     return dq, dk, dv
@@ -330,11 +338,6 @@ def attention_backward(dout, q, k, v, out, lse, sm_scale: float, window_left: in
 # --------------------------------------------------------------------------------------
 # KV-cache preparation: rotary embedding of q, in-place append of new k/v.
 # --------------------------------------------------------------------------------------
-def _heads_block(nheads: int, head_dim_pad: int) -> int:
-    # One program per token; a head block small enough to keep each tile in registers.
-    return max(1, min(triton.next_power_of_2(nheads), max(1, 8192 // head_dim_pad)))
-
-
 def rotary_q(q, cos, sin, cache_seqlens, interleaved: bool, per_row: bool):
     """q (b, sq, hq, d) rotated at positions cache_seqlens[b] (+ i when per_row)."""
     batch, seqlen_q, nheads, head_dim = q.shape

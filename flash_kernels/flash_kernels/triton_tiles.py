@@ -1,17 +1,29 @@
 """Launch configuration of the Triton kernels: tile shapes, warps and pipeline depth, the
-candidates the one-time tuner times on large problems, and the split-KV count for decode."""
+candidates the one-time tuner times on large problems, and the split-KV count for decode.
+
+Every choice takes the ``Target`` it is for (targets.py): the running GPU at launch, or a GPU
+this host does not have when flash_kernels.aot compiles ahead of time, so both see the same
+configs. Candidates whose shared-memory (LDS) estimate exceeds the target's are pruned here,
+not discovered by a launch failing. Imports no torch (the AOT compiler needs only triton).
+"""
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
-import torch
 import triton
 
+from .targets import Target
+
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"
-IS_HIP = torch.version.hip is not None
+MAX_SPLITS = 128  # split-KV programs per (batch, head): a power of two the combine kernel reduces
+DELTA_BLOCK_M = 64  # rows per program of the backward's delta kernel
+COMBINE_BLOCK_M = 16  # rows per program of the split-KV combine kernel
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+_DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 @dataclass(frozen=True)
@@ -30,33 +42,123 @@ def _head_dim_pad(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def _fwd_config(head_dim_pad: int, dtype: torch.dtype) -> TileConfig:
-    if INTERPRETING:
+def dtype_name(dtype) -> str:
+    """The canonical name (float16, bfloat16, float32) of a torch dtype or of a name like fp16."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in _DTYPE_BYTES:
+        raise ValueError(f"no Triton tile configs for dtype {dtype!r}")
+    return name
+
+
+def _is_fp32(dtype) -> bool:
+    return dtype_name(dtype) == "float32"
+
+
+def _dot_precision(dtype, target: Target) -> str:
+    # fp32 inputs must not silently drop to tf32 inside tl.dot. AMD's backend takes no tf32
+    # (gfx90a rejects it at the first tl.dot); for 16-bit inputs the choice changes nothing.
+    return "ieee" if target.is_hip or _is_fp32(dtype) else "tf32"
+
+
+# ------------------------------------------------------------------------ shared memory
+def _pipeline_buffers(num_stages: int, target: Target) -> int:
+    """Copies of each pipelined in-loop load that live in shared memory at once.
+
+    Hopper's pipeliner keeps num_stages copies; Ampere's cp.async pipeline one fewer (the
+    stage being consumed sits in registers); AMD's stream pipeliner likewise one fewer.
+    """
+    if target.backend == "cuda" and target.cuda_major >= 9:
+        return max(1, num_stages)
+    return max(1, num_stages - 1)
+
+
+def shared_estimate(kernel: str, cfg: TileConfig, head_dim_pad: int, dtype, target: Target) -> int:
+    """Bytes of shared memory (LDS) a ``kernel`` ("fwd", "dkdv", "dq") launch is expected to use.
+
+    A model of what Triton stages through shared memory, checked against the sizes the compiler
+    reports (flash_kernels.aot records both): the tl.dot operands loaded in the loop, times the
+    pipeline buffers, plus the loop-invariant operands (q in the forward; k, v in dK/dV; q, dO in
+    dQ). With one stage, AMD's backend holds one operand tile at a time (buffers are reused).
+    """
+    elt = _DTYPE_BYTES[dtype_name(dtype)]
+    m_tile = cfg.block_m * head_dim_pad * elt
+    n_tile = cfg.block_n * head_dim_pad * elt
+    if kernel == "fwd":
+        fixed, per_stage = m_tile, 2 * n_tile
+    elif kernel == "dkdv":
+        fixed, per_stage = 2 * n_tile, 2 * m_tile + 2 * 4 * cfg.block_m  # + lse, delta rows (fp32)
+    elif kernel == "dq":
+        fixed, per_stage = 2 * m_tile, 2 * n_tile
+    else:
+        raise ValueError(f"no shared-memory model for kernel {kernel!r}")
+    if target.is_hip and cfg.num_stages <= 1:
+        return max(m_tile, n_tile)
+    return fixed + _pipeline_buffers(cfg.num_stages, target) * per_stage
+
+
+def _shared_reason(kernels: tuple, cfg: TileConfig, head_dim_pad: int, dtype,
+                   target: Target) -> Optional[str]:
+    """Why ``cfg`` cannot run on ``target`` for lack of shared memory, or None when it fits."""
+    need = max(shared_estimate(k, cfg, head_dim_pad, dtype, target) for k in kernels)
+    if need > target.shared_bytes:
+        return (f"shared memory: estimate {need} B for {'+'.join(kernels)} exceeds "
+                f"{target.name}'s {target.shared_bytes} B")
+    return None
+
+
+def _shrink_to_fit(cfg: TileConfig, kernels: tuple, head_dim_pad: int, dtype,
+                   target: Target) -> TileConfig:
+    """A default that does not fit the target loses stages, then key, then query rows."""
+    while _shared_reason(kernels, cfg, head_dim_pad, dtype, target) is not None:
+        if cfg.num_stages > 1:
+            cfg = replace(cfg, num_stages=cfg.num_stages - 1)
+        elif cfg.block_n > 16:
+            cfg = replace(cfg, block_n=cfg.block_n // 2)
+        elif cfg.block_m > 16:
+            cfg = replace(cfg, block_m=cfg.block_m // 2)
+        else:
+            break  # 16x16 tiles with one stage: nothing smaller to try
+    return cfg
+
+
+# ------------------------------------------------------------------------ defaults
+def _fwd_config(head_dim_pad: int, dtype, target: Target) -> TileConfig:
+    return _shrink_to_fit(_fwd_preferred(head_dim_pad, dtype, target), ("fwd",), head_dim_pad,
+                          dtype, target)
+
+
+def _fwd_preferred(head_dim_pad: int, dtype, target: Target) -> TileConfig:
+    if target.interpreted:
         # The interpreter's cost is per operation, not per element: few large tiles run fastest.
         return TileConfig(64, 64, 4, 1)
-    wide = dtype == torch.float32
-    if IS_HIP:
+    wide = _is_fp32(dtype)
+    if target.is_hip:
         # MI200/MI300: 64-wide wavefronts and 64 KB LDS favour fewer warps and shallow pipelines.
         if head_dim_pad <= 64:
             return TileConfig(128, 64, 4, 1)
         return TileConfig(128 if head_dim_pad <= 128 and not wide else 64, 32, 4, 1)
-    major = torch.cuda.get_device_capability()[0] if torch.cuda.is_available() else 8
     if head_dim_pad <= 64:
         return TileConfig(128, 64 if wide else 128, 4 if wide else 8, 3)
     if head_dim_pad <= 128:
         if wide:
             return TileConfig(64, 32, 4, 2)
         # 128x128 K/V tiles x 3 stages would need ~228 KB of shared memory: over the 227 KB limit.
-        return TileConfig(128, 64, 8, 3 if major >= 9 else 2)
+        return TileConfig(128, 64, 8, 3 if target.cuda_major >= 9 else 2)
     # 256: register file and shared memory bound the tiles.
     return TileConfig(64, 32 if wide else 64, 4 if wide else 8, 2)
 
 
-def _bwd_config(head_dim_pad: int, dtype: torch.dtype) -> TileConfig:
-    if INTERPRETING:
+def _bwd_config(head_dim_pad: int, dtype, target: Target) -> TileConfig:
+    return _shrink_to_fit(_bwd_preferred(head_dim_pad, dtype, target), ("dkdv", "dq"),
+                          head_dim_pad, dtype, target)
+
+
+def _bwd_preferred(head_dim_pad: int, dtype, target: Target) -> TileConfig:
+    if target.interpreted:
         return TileConfig(64, 64, 4, 1)
-    wide = dtype == torch.float32
-    if IS_HIP:
+    wide = _is_fp32(dtype)
+    if target.is_hip:
         return TileConfig(32 if head_dim_pad > 64 else 64, 64 if head_dim_pad <= 64 else 32, 4, 1)
     if head_dim_pad <= 64:
         return TileConfig(64, 64, 4, 2)
@@ -65,41 +167,79 @@ def _bwd_config(head_dim_pad: int, dtype: torch.dtype) -> TileConfig:
     return TileConfig(32, 32, 4, 1) if wide else TileConfig(64, 32, 8, 1)
 
 
-def _fwd_candidates(head_dim_pad: int, dtype: torch.dtype) -> list[TileConfig]:
-    """Configs the tuner times on large problems, pruned to what fits this head dim."""
-    if INTERPRETING or dtype == torch.float32:
-        return [_fwd_config(head_dim_pad, dtype)]
-    if IS_HIP:
+def _decode_config(rows: int, head_dim_pad: int, dtype, target: Target) -> TileConfig:
+    """Decode (KV cache, split-KV, packed GQA): few query rows, so small row tiles."""
+    default = _fwd_config(head_dim_pad, dtype, target)
+    if target.interpreted:
+        return default
+    cfg = TileConfig(16 if rows <= 16 else (64 if rows <= 64 else default.block_m),
+                     64 if head_dim_pad <= 128 else 32, 4, 2)
+    return _shrink_to_fit(cfg, ("fwd",), head_dim_pad, dtype, target)
+
+
+def _probs_tiles(head_dim_pad: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of the S_dmask kernel (a testing output: no tuning)."""
+    return (64, 64) if head_dim_pad <= 128 else (32, 32)
+
+
+def _heads_block(nheads: int, head_dim_pad: int) -> int:
+    # One program per token; a head block small enough to keep each tile in registers.
+    return max(1, min(triton.next_power_of_2(nheads), max(1, 8192 // head_dim_pad)))
+
+
+# ------------------------------------------------------------------------ tuner candidates
+def _fwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfig, Optional[str]]]:
+    """Every config the forward tuner considers, each with why it was pruned (None: kept)."""
+    if target.interpreted or _is_fp32(dtype):
+        return [(_fwd_config(head_dim_pad, dtype, target), None)]
+    if target.is_hip:
         cands = [TileConfig(bm, bn, w, 1) for bm in (64, 128) for bn in (32, 64) for w in (4, 8)]
     else:
         cands = [TileConfig(128, 64, 8, 3), TileConfig(128, 128, 8, 3), TileConfig(128, 64, 4, 3),
                  TileConfig(64, 64, 4, 3), TileConfig(128, 128, 8, 2), TileConfig(128, 64, 8, 4),
                  TileConfig(64, 128, 4, 3), TileConfig(128, 32, 4, 3)]
-    return [c for c in cands if _fits(c, head_dim_pad)]
+    return [(c, _fits_reason(c, head_dim_pad)
+             or _shared_reason(("fwd",), c, head_dim_pad, dtype, target)) for c in cands]
 
 
-def _bwd_candidates(head_dim_pad: int, dtype: torch.dtype) -> list[TileConfig]:
-    if INTERPRETING or dtype == torch.float32:
-        return [_bwd_config(head_dim_pad, dtype)]
-    if IS_HIP:
+def _fwd_candidates(head_dim_pad: int, dtype, target: Target) -> list[TileConfig]:
+    """Configs the tuner times on large problems, pruned to what fits this head dim and target."""
+    return [c for c, why in _fwd_space(head_dim_pad, dtype, target) if why is None]
+
+
+def _bwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfig, Optional[str]]]:
+    """Every config the backward tuner considers (dK/dV and dQ share the list), with reasons."""
+    if target.interpreted or _is_fp32(dtype):
+        return [(_bwd_config(head_dim_pad, dtype, target), None)]
+    if target.is_hip:
         cands = [TileConfig(bm, bn, 4, 1) for bm in (32, 64) for bn in (32, 64)]
     else:
         cands = [TileConfig(64, 64, 4, 2), TileConfig(64, 64, 8, 2), TileConfig(64, 128, 8, 2),
                  TileConfig(128, 64, 8, 2), TileConfig(32, 128, 4, 2), TileConfig(128, 32, 4, 2),
                  TileConfig(64, 64, 4, 1), TileConfig(64, 128, 8, 1)]
-    # Backward holds two fp32 accumulators and recomputes p: at 256 keep tiles small.
-    return [c for c in cands if head_dim_pad < 256 or (c.block_m * c.block_n <= 4096
-                                                       and c.num_stages == 1)] \
-        or [_bwd_config(head_dim_pad, dtype)]
+    space = []
+    for c in cands:
+        why = None
+        # Backward holds two fp32 accumulators and recomputes p: at 256 keep tiles small.
+        if head_dim_pad >= 256 and not (c.block_m * c.block_n <= 4096 and c.num_stages == 1):
+            why = "head dim 256: backward keeps tiles of at most 4096 elements and one stage"
+        space.append((c, why or _shared_reason(("dkdv", "dq"), c, head_dim_pad, dtype, target)))
+    if all(why is not None for _, why in space):
+        space.append((_bwd_config(head_dim_pad, dtype, target), None))
+    return space
 
 
-def _fits(cfg: TileConfig, head_dim_pad: int) -> bool:
+def _bwd_candidates(head_dim_pad: int, dtype, target: Target) -> list[TileConfig]:
+    return [c for c, why in _bwd_space(head_dim_pad, dtype, target) if why is None]
+
+
+def _fits_reason(cfg: TileConfig, head_dim_pad: int) -> Optional[str]:
     """Prune tiles whose fp32 accumulators or K/V stages cannot fit one SM."""
     if head_dim_pad >= 256 and (cfg.block_n > 64 or cfg.num_stages > 2):
-        return False
+        return "head dim 256: at most 64 keys per tile and two stages"
     if head_dim_pad >= 128 and cfg.block_m == 128 and cfg.num_warps < 8:
-        return False
-    return True
+        return "head dim >= 128: 128 query rows need 8 warps for their accumulators"
+    return None
 
 
 _TUNED: dict[tuple, TileConfig] = {}
@@ -135,7 +275,6 @@ def _choose(kind: str, key: tuple, default: TileConfig, candidates: list[TileCon
     return _TUNED[full_key]
 
 
-
 def decode_num_splits(batch: int, nheads_k: int, seqlen_q_rows: int, max_seqlen_k: int,
                       block_m: int = 16) -> int:
     """Split the keys until about four programs per SM exist, keeping >= 512 keys per split.
@@ -145,10 +284,12 @@ def decode_num_splits(batch: int, nheads_k: int, seqlen_q_rows: int, max_seqlen_
     """
     if INTERPRETING:
         return 2 if max_seqlen_k > 64 else 1
+    import torch
+
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     programs = batch * nheads_k * max(1, math.ceil(seqlen_q_rows / block_m))
     target = 4 * sms
     if programs >= target:
         return 1
-    splits = min(math.ceil(target / programs), max(1, max_seqlen_k // 512), 128)
+    splits = min(math.ceil(target / programs), max(1, max_seqlen_k // 512), MAX_SPLITS)
     return triton.next_power_of_2(splits) if splits > 1 else 1
