@@ -110,7 +110,7 @@ def current(device=None) -> Target:
     return _device_target(index, torch.version.hip is not None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_target(index: int, hip: bool) -> Target:
     import torch
 

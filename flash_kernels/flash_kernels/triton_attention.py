@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from .targets import Target, current
 from .triton_backward import _bwd_delta, _bwd_dkdv, _bwd_dq
 from .triton_forward import _attn_fwd, _attn_probs, _combine_splits
 from .triton_kvcache import _append_kv, _rotary_q
-from .targets import Target, current
 from .triton_tiles import (
     COMBINE_BLOCK_M,
     DELTA_BLOCK_M,
