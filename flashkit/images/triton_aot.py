@@ -209,6 +209,8 @@ def _target_line(target: str, s: dict) -> str:
 def context_of(report: dict, pin: TritonPin, wheel_sha: str, targets: tuple[str, ...]) -> dict[str, str]:
     ctx = {"triton": pin.version, "triton_wheel_sha256": wheel_sha, "triton_pin": pin.source[:200]}
     ctx["targets"] = ",".join(targets)
+    for name, value in sorted((report.get("toolchain") or {}).items()):
+        ctx[f"toolchain.{name}"] = str(value)[:200]
     for t, s in sorted(_summary(report).items()):
         name = t.replace(":", "_")
         for key in ("max_registers", "max_vgprs", "max_shared_bytes", "with_spills", "specialisations"):
