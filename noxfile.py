@@ -81,7 +81,10 @@ def _buildx(session: nox.Session) -> None:
     except nox.command.CommandFailed:
         session.warn("docker-buildx could not be downloaded: the bake file check will be skipped")
         return
-    deb = sorted(Path.cwd().glob("docker-buildx_*.deb"))[-1]
+    debs = sorted(Path.cwd().glob("docker-buildx_*.deb"))
+    if not debs:  # `nox --install-only` skips the download
+        return
+    deb = debs[-1]
     session.run("dpkg-deb", "-x", str(deb), str(tmp / "x"), external=True)
     shutil.copy2(tmp / "x" / "usr" / "libexec" / "docker" / "cli-plugins" / "docker-buildx", target)
     deb.unlink()

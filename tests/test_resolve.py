@@ -81,16 +81,19 @@ def test_in_the_matrix_but_not_verified(cli, kit_repo):
     r = resolve(cli, kit_repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12")
     assert r.code == NO_FIT
     assert f"does not fit: {ENV}" in r.err and "not verified" in r.err
-    assert "torch 2.11 is in the matrix (cu130-torch211), but no verified build of it fits" in r.err
+    assert (
+        "torch 2.11 is in the matrix (cu130-torch211, cu130-torch211-py313), but no verified build of it fits" in r.err
+    )
 
 
 def test_verified_only_at_an_older_input_hash_does_not_count(cli, kit_repo):
     full_ledger(kit_repo, artifact(ENV, H1))
     r = resolve(cli, kit_repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12", "--json")
     assert r.code == NO_FIT
-    (other,) = json.loads(r.out)["others"]
-    assert other["verified"] is False
-    assert any("not verified at this input hash" in w for w in other["why_not"])
+    others = {o["env"]: o for o in json.loads(r.out)["others"]}
+    assert sorted(others) == [ENV, f"{ENV}-py313"]  # the same torch in a Python 3.13 image, never verified here
+    assert others[ENV]["verified"] is False
+    assert any("not verified at this input hash" in w for w in others[ENV]["why_not"])
 
 
 def test_a_weaker_policy_is_asked_for_by_name(cli, kit_repo):
@@ -112,7 +115,7 @@ def test_another_cuda_major_or_abi_rules_the_build_out(cli, verified):
     repo, _ = verified
     r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "12.8", "--python", "3.12", "--json")
     assert r.code == NO_FIT
-    (other,) = json.loads(r.out)["others"]
+    other = {o["env"]: o for o in json.loads(r.out)["others"]}[ENV]
     assert other["verified"] is True and other["why_not"] == ["CUDA 13.0 (torch here uses 12.8)"]
     r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12", "--no-cxx11-abi")
     assert r.code == NO_FIT and "cxx11_abi true (torch here: false)" in r.err

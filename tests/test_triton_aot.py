@@ -10,7 +10,7 @@ import json
 import pytest
 from kitsupport import REPO, input_hash
 
-from flashkit.core.errors import LockError, RecordError
+from flashkit.core.errors import LockError, RecordError, TierError
 from flashkit.core.names import Tier, Verdict
 from flashkit.images import triton_aot
 from flashkit.images.tiers import TierOutcome
@@ -182,3 +182,39 @@ def _forged_empty_pass(root):
         verdict=Verdict.PASSED, subject=source_subject("0" * 64), counts={"checked": 0, "failed": 0},
         reasons=(), duration_s=0.0, host={}, source="build-host",
     )  # fmt: skip
+
+
+def _interpreter_with_triton(tmp_path, version: str):
+    """A real interpreter whose import path holds an installed distribution named triton at ``version``
+    (metadata and RECORD only: the check reads what is installed, it compiles nothing)."""
+    import sys
+
+    site = tmp_path / "site"
+    info = site / f"triton-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: triton\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"triton-{version}.dist-info/METADATA,,\n")
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_preinstalled_triton_is_used_only_at_the_pinned_version(tmp_path):
+    import hashlib
+
+    pin = _pin(REPO, CUDA)
+    wrapper = _interpreter_with_triton(tmp_path / "ok", "3.6.0")
+    python, record_sha = triton_aot.preinstalled(wrapper, pin)
+    assert python == wrapper
+    assert record_sha == hashlib.sha256(b"triton-3.6.0.dist-info/METADATA,,\n").hexdigest()
+    with pytest.raises(TierError) as e:
+        triton_aot.preinstalled(_interpreter_with_triton(tmp_path / "old", "3.5.1"), pin)
+    assert "has triton 3.5.1; the env pins 3.6.0 (lockfiles/cu130-torch211/py3.11.txt)" in str(e.value)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "python").write_text('#!/bin/sh\nexec python3 -I -S "$@"\n')
+    (bare / "python").chmod(0o755)
+    with pytest.raises(TierError) as e:
+        triton_aot.preinstalled(bare / "python", pin)
+    assert "has no triton to compile with" in str(e.value) and "leave out --python" in e.value.hint

@@ -92,3 +92,16 @@ def test_rules_for_a_shared_wheel(kit_repo: Path):
     old = load_env(kit_repo, "cu124-torch27")
     problems = " ".join(wheel_source_problems(old, src))
     assert "no stable ABI" in problems and "CUDA" in problems
+
+
+def test_a_newer_debian_release_runs_the_wheel_an_older_one_built_but_not_the_reverse(kit_repo: Path):
+    src = load_env(kit_repo, "cu130-torch211")  # bookworm (Debian 12)
+    newer = load_env(kit_repo, "cu130-torch211-py313")  # trixie (Debian 13), Python 3.13
+    assert wheel_source_problems(newer, src) == []
+    assert load_plan(kit_repo, "cu130-torch211-py313").wheel_source.spec.id == src.id
+    _edit(kit_repo, "cu130-torch211", "suite: bookworm", "suite: trixie")
+    _edit(kit_repo, "cu130-torch211", 'python: "3.11"', 'python: "3.13"')
+    built_on_trixie = load_env(kit_repo, "cu130-torch211")
+    older = load_env(kit_repo, "cu130-torch212")  # bookworm
+    problems = " ".join(wheel_source_problems(older, built_on_trixie))
+    assert "debian/bookworm is not cu130-torch211's debian/trixie or a newer Debian release" in problems

@@ -2,6 +2,7 @@
 
 flashkit aot ENV                 compile every specialisation for the env's targets, record the verdict
 flashkit aot ENV --targets hip:gfx942 --only _bwd    a subset, for a quick look: printed, never recorded
+flashkit aot ENV --python /usr/bin/python3 --jobs 16    an interpreter that already has the pinned triton
 flashkit aot ENV --lock          resolve lockfiles/ENV/triton-aot.txt (base-image envs; needs PyPI)
 flashkit aot ENV --show          the resource table of the verdict at the current input hash
 """
@@ -84,7 +85,8 @@ def cmd_aot(args) -> int:
     targets, whole = _targets(plan, args.targets)
     recorded = whole and not args.only
     say(f"{plan.env_id}: compiling flash_kernels' Triton kernels for {', '.join(targets)} with triton {pin.version}")
-    run = triton_aot.run(plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only)
+    python = Path(args.python) if args.python else None
+    run = triton_aot.run(plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only, python=python)
     o = run.outcome
     print(
         f"{plan.env_id} triton-aot: {o.verdict} ({', '.join(f'{k} {v}' for k, v in o.counts.items())}) in {o.duration_s:.0f}s"
@@ -112,6 +114,12 @@ def register(sub) -> None:
     p.add_argument("--targets", help="comma list such as hip:gfx942,cuda:80 (default: the env's gpu_targets)")
     p.add_argument("--only", metavar="TEXT", help="only specialisations whose name contains TEXT (not recorded)")
     p.add_argument("--jobs", type=int, default=2, help="compiles in parallel (default 2)")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="compile with this interpreter, which must already hold the env's exact triton (a host with no "
+        "index); default: a venv with the pinned wheel from the index",
+    )
     p.add_argument("--lock", action="store_true", help=f"resolve lockfiles/ENV/{triton_pin.AOT_LOCK} (needs PyPI)")
     p.add_argument("--show", action="store_true", help="print the recorded resource table at the current input hash")
     p.set_defaults(run=cmd_aot)

@@ -79,7 +79,7 @@ def published_cell(tags: tuple[str, ...], width: int) -> str:
 
 
 # (header, width) of each column; the last takes what is left of WIDTH.
-COLUMNS = (("env", 18), ("torch", 7), ("py", 4), ("tiers", 6), ("wheel local version", 20), ("published", 0))
+COLUMNS = (("env", 20), ("torch", 7), ("py", 4), ("tiers", 6), ("wheel local version", 20), ("published", 0))
 
 
 def compact(rows: list[matrix.MatrixRow]) -> list[str]:

@@ -111,6 +111,31 @@ def _make_venv(dest: Path, pin: TritonPin) -> None:
     (dest / "installed.json").write_text(json.dumps({"triton": pin.version, "triton_wheel_sha256": digest}))
 
 
+def preinstalled(python: Path, pin: TritonPin) -> tuple[Path, str]:
+    """An interpreter that already holds the pinned triton (an air-gapped host, such as a GPU host with no
+    index to install from); its path, and the sha256 of that triton's installed RECORD (the files it holds),
+    since no wheel was downloaded whose hash could be named. Any other triton version is refused."""
+    probe = (
+        "import hashlib, importlib.metadata as m; d = m.distribution('triton'); "
+        "print(d.version); print(hashlib.sha256(d.read_text('RECORD').encode()).hexdigest())"
+    )
+    res = _run([str(python), "-c", probe], 120)
+    lines = res.stdout.split()
+    if res.returncode != 0 or len(lines) != 2:
+        last = ((res.stderr or res.stdout).strip().splitlines() or ["no output"])[-1]
+        raise TierError(
+            f"{python} has no triton to compile with: {last[-300:]}",
+            hint=f"install triton {pin.version} there, or leave out --python to install the pin from the index",
+        )
+    version, record_sha = lines
+    if version != pin.version:
+        raise TierError(
+            f"{python} has triton {version}; the env pins {pin.version} ({pin.source})",
+            hint="the tier compiles with exactly the env's triton: use an interpreter that has it",
+        )
+    return python, record_sha
+
+
 def stage_sources(plan: Plan, dest: Path) -> Path:
     """The plan's kernel sources (the bytes the input hash covers) under ``dest``; the folder to import from."""
     for f in plan.sources:
@@ -121,11 +146,23 @@ def stage_sources(plan: Plan, dest: Path) -> Path:
 
 
 def run(
-    plan: Plan, pin: TritonPin, work: Path, targets: tuple[str, ...], jobs: int = 2, only: str | None = None
+    plan: Plan,
+    pin: TritonPin,
+    work: Path,
+    targets: tuple[str, ...],
+    jobs: int = 2,
+    only: str | None = None,
+    python: Path | None = None,
 ) -> AotRun:
-    """Compile every specialisation for ``targets`` and judge the report (``only``: a subset, for a quick look)."""
+    """Compile every specialisation for ``targets`` and judge the report (``only``: a subset, for a quick look;
+    ``python``: an interpreter that already has the pinned triton, instead of a venv made from the index)."""
     start = time.monotonic()
-    python, wheel_sha = venv_for(work, pin)
+    if python is None:
+        python, wheel_sha = venv_for(work, pin)
+        installed = {"triton_wheel_sha256": wheel_sha}
+    else:
+        python, record_sha = preinstalled(python, pin)
+        installed = {"triton_installed": str(python)[:200], "triton_record_sha256": record_sha}
     with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
         pkg = stage_sources(plan, Path(tmp) / "src")
         out = Path(tmp) / "report.json"
@@ -150,7 +187,7 @@ def run(
         data = out.read_bytes()
     report = json.loads(data)
     outcome = outcome_of(report, res.returncode, pin, targets, start)
-    return AotRun(outcome, data, context_of(report, pin, wheel_sha, targets))
+    return AotRun(outcome, data, context_of(report, pin, installed, targets))
 
 
 def _summary(report: dict) -> dict[str, dict]:
@@ -206,8 +243,8 @@ def _target_line(target: str, s: dict) -> str:
     return ", ".join(parts)
 
 
-def context_of(report: dict, pin: TritonPin, wheel_sha: str, targets: tuple[str, ...]) -> dict[str, str]:
-    ctx = {"triton": pin.version, "triton_wheel_sha256": wheel_sha, "triton_pin": pin.source[:200]}
+def context_of(report: dict, pin: TritonPin, installed: dict[str, str], targets: tuple[str, ...]) -> dict[str, str]:
+    ctx = {"triton": pin.version, **installed, "triton_pin": pin.source[:200]}
     ctx["targets"] = ",".join(targets)
     for name, value in sorted((report.get("toolchain") or {}).items()):
         ctx[f"toolchain.{name}"] = str(value)[:200]

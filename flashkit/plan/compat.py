@@ -102,6 +102,7 @@ ROCM_GFX: dict[str, Version] = {
 
 @dataclass(frozen=True)
 class DebianSuite:
+    release: int  # Debian's release number: a newer suite keeps the C and C++ runtimes of an older one
     python: str
     cuda: str | None  # CUDA version of the suite's non-free nvidia-cuda-toolkit
     toolkit_version: str | None  # exact Debian version of nvidia-cuda-toolkit
@@ -115,6 +116,7 @@ class DebianSuite:
 # Source: `apt-cache madison` against deb.debian.org (trixie and bookworm main + non-free), 2026-11-30.
 DEBIAN_SUITES: dict[str, DebianSuite] = {
     "bookworm": DebianSuite(
+        release=12,
         python="3.11",
         cuda="11.8",
         toolkit_version="11.8.89~11.8.0-5~deb12u1",
@@ -127,6 +129,7 @@ DEBIAN_SUITES: dict[str, DebianSuite] = {
         },
     ),
     "trixie": DebianSuite(
+        release=13,
         python="3.13",
         cuda="12.4",
         toolkit_version="12.4.131~12.4.1-2",

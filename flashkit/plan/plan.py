@@ -181,12 +181,28 @@ def wheel_source_problems(spec: EnvSpec, src: EnvSpec) -> list[str]:
         problems.append(
             f"gpu_targets {list(spec.gpu_targets)} differ from {src.id}'s {list(src.gpu_targets)}, the archs its wheel carries"
         )
-    if (spec.base.flavor, spec.base.suite) != (src.base.flavor, src.base.suite):
+    if not _base_runs_wheels_of(spec.base, src.base):
         problems.append(
-            f"base {spec.base.flavor}/{spec.base.suite} differs from {src.id}'s {src.base.flavor}/{src.base.suite} "
-            "(the wheel needs the C and C++ runtime it was built against)"
+            f"base {spec.base.flavor}/{spec.base.suite} is not {src.id}'s {src.base.flavor}/{src.base.suite} or a "
+            "newer Debian release (the wheel needs the C and C++ runtime it was built against, or a newer one)"
         )
     return problems
+
+
+def _base_runs_wheels_of(base, src_base) -> bool:
+    """Whether a wheel built on ``src_base`` loads on ``base``: the same base, or a newer Debian release (glibc
+    and libstdc++ keep every symbol version of older releases; the abi tier checks the .so in the image)."""
+    if (base.flavor, base.suite) == (src_base.flavor, src_base.suite):
+        return True
+    suites = compat.DEBIAN_SUITES
+    if (
+        base.flavor != "debian"
+        or src_base.flavor != "debian"
+        or base.suite not in suites
+        or src_base.suite not in suites
+    ):
+        return False
+    return suites[base.suite].release >= suites[src_base.suite].release
 
 
 def plan_of(root: Path, spec: EnvSpec) -> Plan:
