@@ -119,7 +119,7 @@ def test_console_script_runs(kit_repo):
         pytest.skip("flashkit console script not installed in this environment")
     proc = subprocess.run([exe, "--repo", str(kit_repo), "render", "nope-torch27"], capture_output=True, text=True)
     assert proc.returncode == 3 and proc.stdout == ""
-    assert "invalid env id 'nope-torch27'" in proc.stderr and "Known envs: cu124-torch210, cu124-torch25" in proc.stderr
+    assert "invalid env id 'nope-torch27'" in proc.stderr and "Known envs: cu124-torch210, cu124-torch26" in proc.stderr
 
 
 def test_nox_lists_a_test_session_for_every_env():

@@ -69,8 +69,7 @@ def test_a_torch_outside_the_matrix_says_so(cli, verified):
     r = resolve(cli, repo, "--torch", "2.4.1", "--cuda", "12.4", "--python", "3.12")
     assert r.code == NO_FIT and r.out == ""
     assert (
-        "torch 2.4 is not in the matrix (it has torch 2.5, 2.6, 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13, 2.14, 2.15)"
-        in r.err
+        "torch 2.4 is not in the matrix (it has torch 2.6, 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13, 2.14, 2.15)" in r.err
     )
     assert "Traceback" not in r.err
     doc = json.loads(resolve(cli, repo, "--torch", "2.4.1", "--python", "3.12", "--json").out)

@@ -79,3 +79,15 @@ def test_unknown_torch_series_is_rejected_not_guessed():
     spec = dataclasses.replace(load_env(REPO, "cu130-torch215"), torch="2.16.0")
     ids = {v.rule.id for v in rules.rejections(spec)}
     assert {"python-supported-by-torch", "torch-cuda-major"} <= ids
+
+
+def test_torch25_on_python313_has_no_triton_and_is_refused_with_the_rule():
+    """torch 2.5.1 requires triton only below Python 3.13: an env with the Triton backend (and the CPU tier,
+    which is Triton's interpreter) cannot exist there. trixie, the only Debian with CUDA 12, has 3.13 only."""
+    spec = dataclasses.replace(load_env(REPO, "cu124-torch26"), torch="2.5.1")
+    (bad,) = rules.rejections(spec)
+    assert bad.rule.id == "torch-triton-python"
+    assert "requires triton only on Python 3.9, 3.10, 3.11, 3.12: on 3.13 it has none" in bad.reason
+    on_312 = [v.rule.id for v in rules.rejections(dataclasses.replace(spec, python="3.12"))]
+    assert on_312 == ["base-provides-python-and-cuda"]  # torch would bring triton; trixie has no 3.12
+    assert rules.rejections(dataclasses.replace(load_env(REPO, "cu124-torch26"))) == []  # 2.6 has it on 3.13

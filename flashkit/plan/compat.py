@@ -31,6 +31,13 @@ TORCH_PYTHONS: dict[str, tuple[str, ...]] = {
     "2.15": ("3.11", "3.12", "3.13", "3.14", "3.15"),
 }
 
+# PyPI torch series whose triton requirement leaves out some of the Pythons it has wheels for, from the
+# wheels' Requires-Dist: torch 2.5.1 pins `triton==3.1.0; ... and python_version < "3.13"` (triton 3.1 has no
+# cp313 wheel), so on Python 3.13 that torch comes without triton. Series not listed pin triton for all.
+TORCH_TRITON_PYTHONS: dict[str, tuple[str, ...]] = {
+    "2.5": ("3.9", "3.10", "3.11", "3.12"),
+}
+
 # CUDA version the default Linux x86_64 torch wheel on PyPI is built with, per torch series.
 # Source: the wheels on PyPI as measured on 2026-11-30, re-checked for 2.6-2.15 against the wheels' dependencies (2.6-2.10:
 # nvidia-cuda-runtime-cu12==12.4/12.6/12.8; 2.11-2.14: cuda-toolkit==13.0.x; 2.15: cuda-toolkit==13.2.2).

@@ -143,6 +143,19 @@ def _backends(s: EnvSpec) -> tuple[bool, str]:
     return True, f"backends {', '.join(s.backends)} fit {s.accelerator}"
 
 
+def _triton_for_python(s: EnvSpec) -> tuple[bool, str]:
+    if "triton" not in s.backends or s.torch_source != "pypi":
+        return True, "no PyPI torch's triton needed"
+    pythons = compat.TORCH_TRITON_PYTHONS.get(s.torch_series)
+    if pythons is not None and s.python not in pythons:
+        return (
+            False,
+            f"PyPI torch {s.torch_series} requires triton only on Python {', '.join(pythons)}: on {s.python} it has none, "
+            "so neither the Triton backend nor the kernel suite's CPU tier (Triton's interpreter) can run",
+        )
+    return True, f"torch {s.torch_series} brings triton on Python {s.python}"
+
+
 def _rocm(s: EnvSpec) -> tuple[bool, str]:
     if s.accelerator.kind != "rocm":
         if s.base.flavor == "rocm":
@@ -296,6 +309,13 @@ RULES: tuple[Rule, ...] = (
         "torch publishes CUDA 13 builds from 2.9 on",
         "use torch >= 2.9 or a CUDA 12 toolchain",
         _cuda13_torch,
+    ),
+    Rule(
+        "torch-triton-python",
+        "the Triton backend and the CPU tier need the triton that torch requires, and some torch releases require "
+        "it only on some Pythons (torch 2.5: below 3.13)",
+        "use a Python torch brings triton for, or a newer torch (2.6 has triton for Python 3.13)",
+        _triton_for_python,
     ),
     Rule(
         "backends-fit-accelerator",
