@@ -5,7 +5,9 @@ The compile itself runs in tests/integration/test_triton_aot_compile.py (it inst
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 
 import pytest
 from kitsupport import REPO, input_hash
@@ -187,8 +189,6 @@ def _forged_empty_pass(root):
 def _interpreter_with_triton(tmp_path, version: str):
     """A real interpreter whose import path holds an installed distribution named triton at ``version``
     (metadata and RECORD only: the check reads what is installed, it compiles nothing)."""
-    import sys
-
     site = tmp_path / "site"
     info = site / f"triton-{version}.dist-info"
     info.mkdir(parents=True)
@@ -201,12 +201,8 @@ def _interpreter_with_triton(tmp_path, version: str):
 
 
 def test_a_preinstalled_triton_is_used_only_at_the_pinned_version(tmp_path):
-    import hashlib
-
     pin = _pin(REPO, CUDA)
-    wrapper = _interpreter_with_triton(tmp_path / "ok", "3.6.0")
-    python, record_sha = triton_aot.preinstalled(wrapper, pin)
-    assert python == wrapper
+    record_sha = triton_aot.preinstalled(_interpreter_with_triton(tmp_path / "ok", "3.6.0"), pin)
     assert record_sha == hashlib.sha256(b"triton-3.6.0.dist-info/METADATA,,\n").hexdigest()
     with pytest.raises(TierError) as e:
         triton_aot.preinstalled(_interpreter_with_triton(tmp_path / "old", "3.5.1"), pin)

@@ -111,10 +111,10 @@ def _make_venv(dest: Path, pin: TritonPin) -> None:
     (dest / "installed.json").write_text(json.dumps({"triton": pin.version, "triton_wheel_sha256": digest}))
 
 
-def preinstalled(python: Path, pin: TritonPin) -> tuple[Path, str]:
-    """An interpreter that already holds the pinned triton (an air-gapped host, such as a GPU host with no
-    index to install from); its path, and the sha256 of that triton's installed RECORD (the files it holds),
-    since no wheel was downloaded whose hash could be named. Any other triton version is refused."""
+def preinstalled(python: Path, pin: TritonPin) -> str:
+    """Check an interpreter that already holds the pinned triton (an air-gapped host, such as a GPU host with
+    no index to install from); the sha256 of that triton's installed RECORD (the files it holds), since no
+    wheel was downloaded whose hash could be named. Any other triton version is refused."""
     probe = (
         "import hashlib, importlib.metadata as m; d = m.distribution('triton'); "
         "print(d.version); print(hashlib.sha256(d.read_text('RECORD').encode()).hexdigest())"
@@ -133,7 +133,7 @@ def preinstalled(python: Path, pin: TritonPin) -> tuple[Path, str]:
             f"{python} has triton {version}; the env pins {pin.version} ({pin.source})",
             hint="the tier compiles with exactly the env's triton: use an interpreter that has it",
         )
-    return python, record_sha
+    return record_sha
 
 
 def stage_sources(plan: Plan, dest: Path) -> Path:
@@ -161,8 +161,7 @@ def run(
         python, wheel_sha = venv_for(work, pin)
         installed = {"triton_wheel_sha256": wheel_sha}
     else:
-        python, record_sha = preinstalled(python, pin)
-        installed = {"triton_installed": str(python)[:200], "triton_record_sha256": record_sha}
+        installed = {"triton_installed": str(python)[:200], "triton_record_sha256": preinstalled(python, pin)}
     with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
         pkg = stage_sources(plan, Path(tmp) / "src")
         out = Path(tmp) / "report.json"
