@@ -10,6 +10,11 @@
 //         memory a step ahead and stage them in shared memory of their own, behind a named barrier)
 //       dV += P^T dO, dK += dS^T Q      wgmma m64n64k16 per 64-column atom, P^T / dS^T from registers
 //     taking turns with the other warpgroup to issue, as in the forward.
+// Above head dim 128 the dK and dV accumulators of 64 keys no longer fit in one warpgroup's registers
+// together (256 fp32 per thread at 256), so both math warpgroups take the same 64 keys and each keeps the
+// dK/dV columns of one head-dim half (BwdSm90Split). Both compute the step's whole S^T and dP^T: that
+// doubles those two products (six 64x64xD products a step instead of four) but needs no exchange through
+// shared memory and keeps the register budget of head dim 128. The dQ kernel does the same with queries.
 // A step walks every (q head of the kv head's group, query block) pair, so GQA sums its heads in
 // registers and no atomics are needed: the result is deterministic, as the general kernel's.
 #pragma once
@@ -23,20 +28,38 @@
 
 namespace flash_kernels {
 
-// 128 keys (two math warpgroups of 64), 64 queries per step. Registers per math thread at head dim 128:
-// dK and dV 64 each, S^T and dP^T 32 each, their 16-bit copies 16 each. Shared memory at head dim 128:
-// K, V 32 KB each + 2 stages x (Q, dO) 16 KB each + lse/delta 2 KB = 130 KB.
+// How the two math warpgroups share a block's rows and the head dim's 64-column atoms. Up to head dim 128
+// each takes 64 rows of its own and every atom. Above it both take the same 64 rows and each the
+// accumulator atoms [acc_atom0, acc_atom0 + kAccAtoms): halves at 256; at 192 (3 atoms) two atoms each,
+// overlapping in atom 1, which only warpgroup 0 stores (kept as work rather than a third accumulator shape).
+template <int kHeadDim>
+struct BwdSm90Split {
+  static constexpr int kAtoms = kHeadDim / kAtomCols;
+  static constexpr bool kSplit = kHeadDim > 128;
+  static constexpr int kRowsPerBlock = kSplit ? 64 : 128;
+  static constexpr int kAccAtoms = kSplit ? (kAtoms + 1) / 2 : kAtoms;
+  static_assert(kHeadDim % kAtomCols == 0 && kAccAtoms <= 2, "an accumulator pair must fit in registers");
+  __device__ __forceinline__ static int row0(int wg) { return kSplit ? 0 : wg * 64; }
+  __device__ __forceinline__ static int acc_atom0(int wg) { return kSplit ? wg * (kAtoms - kAccAtoms) : 0; }
+  // Leading accumulator atoms this warpgroup computes but the other one stores.
+  __device__ __forceinline__ static int shared_atoms(int wg) { return kSplit && wg ? 2 * kAccAtoms - kAtoms : 0; }
+};
+
+// 128 keys (two math warpgroups of 64; 64 keys shared by both above head dim 128), 64 queries per step.
+// Registers per math thread at head dim 128 (and, by the split, at 192 and 256): dK and dV 64 each, S^T and
+// dP^T 32 each, their 16-bit copies 16 each. Shared memory: K, V, 2 stages x (Q, dO), lse/delta 2 KB:
+// 130 KB at head dim 128 (32 + 32 + 64), 194 KB at 256 (32 + 32 + 128; 64 keys).
 template <typename Element_, int kHeadDim_>
 struct BwdSm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockN = 128;  // keys
-  static constexpr int kBlockM = 64;   // queries per step
-  static constexpr int kMathWarpgroups = kBlockN / 64;
+  using Split = BwdSm90Split<kHeadDim>;
+  static constexpr int kBlockN = Split::kRowsPerBlock;  // keys
+  static constexpr int kBlockM = 64;                    // queries per step
+  static constexpr int kMathWarpgroups = 2;
   static constexpr int kNThreads = (kMathWarpgroups + 1) * 128;
   static constexpr int kStages = 2;
   static constexpr int kAtoms = kHeadDim / kAtomCols;
-  static_assert(kHeadDim % kAtomCols == 0 && kHeadDim <= 128, "dK and dV accumulators must fit in registers");
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
   // K, V, then per stage Q, dO; then per math warpgroup two buffers of lse, delta (floats); then the
@@ -62,6 +85,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int BM = Traits::kBlockM;
   constexpr int BN = Traits::kBlockN;
   constexpr int ATOMS = Traits::kAtoms;
+  using Split = typename Traits::Split;
+  constexpr int ACC = Split::kAccAtoms;
   constexpr int QTILES = BM / 8;
   constexpr int STAGES = Traits::kStages;
   constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
@@ -123,14 +148,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int key_row0 = wg * 64 + warp * 16;  // this warp's first key within the block
+  const int wg_row0 = Split::row0(wg);       // this warpgroup's first key within the block
+  const int key_row0 = wg_row0 + warp * 16;  // this warp's
+  // This warpgroup's accumulator columns: byte offset of its first atom in a BM-row tile.
+  const uint32_t acc_tile_off = Split::acc_atom0(wg) * BM * 128;
   static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
   const WarpgroupTurns turns{wg};
 
-  float dk[ATOMS][32];
-  float dv[ATOMS][32];
+  float dk[ACC][32];
+  float dv[ACC][32];
 #pragma unroll
-  for (int a = 0; a < ATOMS; ++a)
+  for (int a = 0; a < ACC; ++a)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dk[a][i] = dv[a][i] = 0.f;
 
@@ -171,9 +199,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fence_operands(st);
     fence_operands(dpt);
     wgmma_fence();
-    wgmma_rows_x_rows<T, D, BN, BM>(st, k_addr, wg * 64, qa);
+    wgmma_rows_x_rows<T, D, BN, BM>(st, k_addr, wg_row0, qa);
     wgmma_commit();
-    wgmma_rows_x_rows<T, D, BN, BM>(dpt, v_addr, wg * 64, doa);
+    wgmma_rows_x_rows<T, D, BN, BM>(dpt, v_addr, wg_row0, doa);
     wgmma_commit();
     turns.pass(false);
     float* const stats = row_stats + (2 * wg + i % 2) * Traits::kRowStatsFloats;
@@ -215,8 +243,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fence_operands(dv);
     fence_operands(dk);
     wgmma_fence();
-    wgmma_frags_x_rows<T, ATOMS, BM>(dv, pf, doa);
-    wgmma_frags_x_rows<T, ATOMS, BM>(dk, dsf, qa);
+    wgmma_frags_x_rows<T, ACC, BM>(dv, pf, doa + acc_tile_off);
+    wgmma_frags_x_rows<T, ACC, BM>(dk, dsf, qa + acc_tile_off);
     wgmma_commit();
     turns.pass(last);
     wgmma_wait<0>();
@@ -226,14 +254,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   }
 
   // Store (zeros for keys no query sees, so dK/dV are always fully written).
-  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + k_off * p.dk_row_stride;
-  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + k_off * p.dv_row_stride;
+  const int col0 = Split::acc_atom0(wg) * kAtomCols;
+  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + k_off * p.dk_row_stride + col0;
+  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + k_off * p.dv_row_stride + col0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = n0 + key_row0 + g + r * 8;
     if (key < p.seqlen_k) {
-      store_acc_row<T, ATOMS>(gdK + key * p.dk_row_stride, dk, r, p.softmax_scale, p.head_dim);
-      store_acc_row<T, ATOMS>(gdV + key * p.dv_row_stride, dv, r, 1.f, p.head_dim);
+      store_acc_row<T, ACC>(gdK + key * p.dk_row_stride, dk, r, p.softmax_scale, p.head_dim - col0,
+                            Split::shared_atoms(wg));
+      store_acc_row<T, ACC>(gdV + key * p.dv_row_stride, dv, r, 1.f, p.head_dim - col0, Split::shared_atoms(wg));
     }
   }
 #else
@@ -241,7 +271,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #endif
 }
 
-// Backward dQ for Hopper: per block of 128 queries (two math warpgroups of 64) of one q head, walk the
+// Backward dQ for Hopper: per block of 128 queries (two math warpgroups of 64; above head dim 128, 64
+// queries shared by both, each keeping half of dQ's columns as in the dK/dV kernel) of one q head, walk the
 // visible keys 64 at a time; K and V stream through a two-stage ring (TMA), Q and dO stay. Per step:
 //   S = Q K^T, dP = dO V^T   wgmma m64n64k16 from shared memory
 //   P = exp2(S * scale log2 e - lse log2 e), masked;  dS = P (dP - delta)
@@ -250,13 +281,13 @@ template <typename Element_, int kHeadDim_>
 struct BwdQSm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // queries
-  static constexpr int kBlockN = 64;   // keys per step
-  static constexpr int kMathWarpgroups = kBlockM / 64;
+  using Split = BwdSm90Split<kHeadDim>;
+  static constexpr int kBlockM = Split::kRowsPerBlock;  // queries
+  static constexpr int kBlockN = 64;                    // keys per step
+  static constexpr int kMathWarpgroups = 2;
   static constexpr int kNThreads = (kMathWarpgroups + 1) * 128;
   static constexpr int kStages = 2;
   static constexpr int kAtoms = kHeadDim / kAtomCols;
-  static_assert(kHeadDim % kAtomCols == 0 && kHeadDim <= 128, "dQ, S and dP must fit in registers");
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
   // Q, dO, then per stage K, V; then the mbarriers (Q/dO full; per stage full and empty).
@@ -274,6 +305,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int BM = Traits::kBlockM;
   constexpr int BN = Traits::kBlockN;
   constexpr int ATOMS = Traits::kAtoms;
+  using Split = typename Traits::Split;
+  constexpr int ACC = Split::kAccAtoms;
   constexpr int NTILES = BN / 8;
   constexpr int STAGES = Traits::kStages;
   constexpr int kMathThreads = Traits::kMathWarpgroups * 128;
@@ -333,7 +366,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int row0 = wg * 64 + warp * 16;  // this warp's first query within the block
+  const int wg_row0 = Split::row0(wg);  // this warpgroup's first query within the block
+  const int row0 = wg_row0 + warp * 16;  // this warp's
+  const uint32_t acc_tile_off = Split::acc_atom0(wg) * BN * 128;  // its dQ columns in a BN-row K tile
   static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
   const WarpgroupTurns turns{wg};
 
@@ -347,9 +382,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     delta[r] = q < p.seqlen_q ? p.delta[row] : 0.f;
   }
 
-  float dq[ATOMS][32];
+  float dq[ACC][32];
 #pragma unroll
-  for (int a = 0; a < ATOMS; ++a)
+  for (int a = 0; a < ACC; ++a)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[a][i] = 0.f;
 
@@ -368,9 +403,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fence_operands(sc);
     fence_operands(dp);
     wgmma_fence();
-    wgmma_rows_x_rows<T, D, BM, BN>(sc, q_addr, wg * 64, ka);
+    wgmma_rows_x_rows<T, D, BM, BN>(sc, q_addr, wg_row0, ka);
     wgmma_commit();
-    wgmma_rows_x_rows<T, D, BM, BN>(dp, do_addr, wg * 64, va);
+    wgmma_rows_x_rows<T, D, BM, BN>(dp, do_addr, wg_row0, va);
     wgmma_commit();
     turns.pass(false);
 
@@ -404,7 +439,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     turns.take();
     fence_operands(dq);
     wgmma_fence();
-    wgmma_frags_x_rows<T, ATOMS, BN>(dq, dsf, ka);
+    wgmma_frags_x_rows<T, ACC, BN>(dq, dsf, ka + acc_tile_off);
     wgmma_commit();
     turns.pass(last);
     wgmma_wait<0>();
@@ -412,11 +447,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     ring.release(i, lane);
   }
 
-  T* gdQ = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + (q_off + m0) * p.dq_row_stride;
+  const int col0 = Split::acc_atom0(wg) * kAtomCols;
+  T* gdQ = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + (q_off + m0) * p.dq_row_stride +
+           col0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + g + r * 8;
-    if (m0 + row < p.seqlen_q) store_acc_row<T, ATOMS>(gdQ + row * p.dq_row_stride, dq, r, p.softmax_scale, p.head_dim);
+    if (m0 + row < p.seqlen_q) {
+      store_acc_row<T, ACC>(gdQ + row * p.dq_row_stride, dq, r, p.softmax_scale, p.head_dim - col0,
+                            Split::shared_atoms(wg));
+    }
   }
 #else
   __trap();  // see attn_fwd_sm90_kernel

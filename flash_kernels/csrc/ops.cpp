@@ -123,8 +123,8 @@ void check_device_arch(const Tensor& q) {
 }
 
 // The Hopper kernels (wgmma, TMA) replace the general ones on cc 9.0 devices when the module was built with
-// 9.0a code: the forward for every head dim up to 256, the backward for head dims up to 128 (the
-// entry for the smallest compiled Hopper head dim >= the call's; its bwd is nullptr where there is none).
+// 9.0a code: the forward and the backward for every head dim up to 256 (the entry for the smallest
+// compiled Hopper head dim >= the call's; its bwd is nullptr where there is none).
 // FLASH_KERNELS_CUDA_SM90=0 turns them off (A/B timing, or to rule them out when hunting a bug); the
 // variable is read on every call, so a process can compare both.
 LaunchFn pick_launcher(const Tensor& q, const KernelEntry& general, bool backward) {

@@ -247,13 +247,15 @@ struct StageRing {
 };
 
 // Row g + 8r (r = 0, 1: the two rows a thread holds) of a wgmma accumulator of kAtoms 64-column atoms,
-// times scale, to `dst` as 16-bit elements, up to head_dim: columns past it are padding.
+// times scale, to `dst` as 16-bit elements, up to head_dim: columns past it are padding. The first
+// skip_atoms atoms are left out (another warpgroup stores those columns).
 template <typename T, int kAtoms>
 __device__ __forceinline__ void store_acc_row(T* dst, const float (&acc)[kAtoms][32], int r, float scale,
-                                              int head_dim) {
+                                              int head_dim, int skip_atoms = 0) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int a = 0; a < kAtoms; ++a)
+    if (a >= skip_atoms)
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int col = a * kAtomCols + j * 8;

@@ -56,6 +56,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import inspect
 import json
 import multiprocessing
 import os
@@ -581,7 +582,9 @@ def _ptxas_rerun(ptx: str, arch: int) -> str:
     """ptxas -v on the PTX, for a cubin that came from Triton's cache (no log to tap)."""
     from triton.backends.nvidia import compiler as nv
 
-    tool = nv.get_ptxas(arch)
+    # triton 3.3 and 3.6+ pick the ptxas per arch (get_ptxas(arch)); 3.4 and 3.5 take no argument.
+    takes_arch = bool(inspect.signature(nv.get_ptxas).parameters)
+    tool = nv.get_ptxas(arch) if takes_arch else nv.get_ptxas()
     path = tool[0] if isinstance(tool, tuple) else tool.path
     gpu = nv.sm_arch_from_capability(arch)
     with tempfile.TemporaryDirectory() as tmp:
@@ -740,7 +743,9 @@ def _hip_linker() -> str:
 def _ptxas_version(arch: int) -> str:
     from triton.backends.nvidia import compiler as nv
 
-    tool = nv.get_ptxas(arch)
+    # triton 3.3 and 3.6+ pick the ptxas per arch (get_ptxas(arch)); 3.4 and 3.5 take no argument.
+    takes_arch = bool(inspect.signature(nv.get_ptxas).parameters)
+    tool = nv.get_ptxas(arch) if takes_arch else nv.get_ptxas()
     path = tool[0] if isinstance(tool, tuple) else tool.path
     out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
     found = re.search(r"release (\S+), V(\S+)", out)

@@ -32,9 +32,9 @@ CONFIGS = list(itertools.product(DTYPES, HEAD_DIMS, BANDED))
 # build (a stub that traps unless the build has 9.0a code); ops.cpp offers it only when it is real.
 SM90_HEAD_DIMS = (64, 128, 192, 256)
 SM90_CONFIGS = list(itertools.product(DTYPES, SM90_HEAD_DIMS, BANDED))
-# The Hopper backward (dK/dV and dQ kernels, after the general delta launch of the same head dim): head
-# dims whose dK and dV accumulators fit in registers together.
-SM90_BWD_HEAD_DIMS = (64, 128)
+# The Hopper backward (dK/dV and dQ kernels, after the general delta launch of the same head dim). Above
+# head dim 128 its two math warpgroups split the accumulators' columns (bwd_kernel_sm90.cuh).
+SM90_BWD_HEAD_DIMS = (64, 128, 192, 256)
 SM90_BWD_CONFIGS = [c for c in SM90_CONFIGS if c[1] in SM90_BWD_HEAD_DIMS]
 # The KV-cache kernel (kvcache_fwd): head dims 64/128/256 (a head dim d runs on the smallest one >= d, as
 # above), each with its decode shape (<= 16 packed rows) and its tall shape (more rows); see
