@@ -43,6 +43,9 @@ SDPA_BACKENDS = {
 }
 
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def _csv_ints(text):
     return [int(x) for x in text.split(",") if x]
 
@@ -60,6 +63,7 @@ def parse_args(argv):
     p.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
     p.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     p.add_argument("--rep-ms", type=int, default=100)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="element type of the attention rows")
     p.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
     return p.parse_args(argv)
 
@@ -135,7 +139,7 @@ def attention_rows(args, impls, failures):
                 torch.manual_seed(0)
                 q, k, v = (
                     torch.randn(
-                        batch, seqlen, nheads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True
+                        batch, seqlen, nheads, head_dim, device="cuda", dtype=DTYPES[args.dtype], requires_grad=True
                     )
                     for _ in range(3)
                 )
@@ -266,7 +270,7 @@ def markdown(result):
         "",
         f"Command: `{result['command']}`",
         "",
-        f"torch {result['torch']}, triton {result['triton']}; bf16, batch x seqlen = {TOKENS}, "
+        f"torch {result['torch']}, triton {result['triton']}; {result.get('dtype', 'bf16')}, batch x seqlen = {TOKENS}, "
         f"hidden {HIDDEN}; TFLOP/s = 4*b*h*s^2*d (/2 causal, x3.5 fwd+bwd) / median time.",
         "",
     ]
@@ -402,6 +406,7 @@ def main(argv=None):
         triton=triton.__version__,
         python=platform.python_version(),
         copy_bandwidth_TBps=copy_bw / 1e12,
+        dtype=args.dtype,
         attention=attention_rows(args, impls, failures),
         decode=decode_rows(args, copy_bw) if "decode" in args.modes.split(",") else [],
         failures=failures,
