@@ -13,7 +13,7 @@ export PYTHONPATH=/tmp/fk_site
 B="python3 benchmarks/bench_attention.py --head-dims 64,128,192,256 --seqlens 4096,16384 --modes fwd,fwd_bwd --rep-ms 25"
 timeout 260 $B --backends cuda,cuda_general --dtype bf16 --out-dir "$OUT/bf16" > "$OUT/bench_bf16.log" 2>&1; echo "bf16 rc=$?"
 timeout 200 $B --backends cuda --dtype fp16 --out-dir "$OUT/fp16" > "$OUT/bench_fp16.log" 2>&1; echo "fp16 rc=$?"
-rm -f "$OUT"/*/*.png "$OUT"/*/*.json
+rm -f "$OUT"/*/*.png
 timeout 90 ncu --clock-control none -k regex:attn_bwd_.*sm90 --launch-skip 2 --launch-count 2 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section WarpStateStats \
   python3 benchmarks/results/bwd_sm90_hd256_20261202/ncu_case.py > "$OUT/ncu_hd256.txt" 2>&1; echo "ncu rc=$?"
