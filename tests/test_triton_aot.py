@@ -132,6 +132,47 @@ def test_a_failed_specialisation_a_missing_target_or_a_bad_exit_is_no_pass():
     assert lying.verdict is Verdict.FAILED  # the exit status must agree with the counts
 
 
+def test_a_kept_part_is_named_by_what_decides_its_result_and_nothing_else():
+    wheel = {"triton_wheel_sha256": "a" * 64}
+    key = triton_aot.part_key("s" * 64, PIN, wheel, "hip:gfx90a", None)
+    here = {"triton_installed": "/usr/bin/python3", "triton_record_sha256": "a" * 64}
+    there = {"triton_installed": "/opt/py/bin/python3", "triton_record_sha256": "a" * 64}
+    # the interpreter's path does not decide the result; the installed bits' digest does
+    assert triton_aot.part_key("s" * 64, PIN, here, "hip:gfx90a", None) == triton_aot.part_key(
+        "s" * 64, PIN, there, "hip:gfx90a", None
+    )
+    others = [
+        triton_aot.part_key("t" * 64, PIN, wheel, "hip:gfx90a", None),
+        triton_aot.part_key("s" * 64, triton_pin.TritonPin("3.6.0", "", ""), wheel, "hip:gfx90a", None),
+        triton_aot.part_key("s" * 64, PIN, {"triton_wheel_sha256": "b" * 64}, "hip:gfx90a", None),
+        triton_aot.part_key("s" * 64, PIN, wheel, "hip:gfx942", None),
+        triton_aot.part_key("s" * 64, PIN, wheel, "hip:gfx90a", "_bwd"),
+    ]
+    assert len({key, *others}) == 6
+
+
+def _part(target, compiled):
+    r = _report(**{target: (compiled, 0)})
+    r.update(coverage={"dtypes": ["bf16"], "only": None}, toolchain={"hip_linker": "/usr/bin/ld.lld"})
+    return r
+
+
+def test_per_target_parts_merge_into_the_layout_of_one_run():
+    a, b = _part("hip:gfx90a", 3), _part("hip:gfx942", 2)
+    merged = triton_aot.merge_parts([a, b])
+    assert list(merged["targets"]) == ["hip:gfx90a", "hip:gfx942"]
+    assert [e["target"] for e in merged["specialisations"]] == [
+        e["target"] for e in a["specialisations"] + b["specialisations"]
+    ]
+    assert triton_aot.outcome_of(merged, 0, PIN, AMD, 0.0).counts == {"checked": 5, "failed": 0, "pruned": 2}
+    # one part: the very bytes the kernel package's tool writes (sorted keys, indent 1, final newline)
+    single = (json.dumps(a, sort_keys=True, indent=1) + "\n").encode()
+    assert triton_aot.report_bytes(triton_aot.merge_parts([json.loads(single)])) == single
+    b["triton"] = "3.6.0"
+    with pytest.raises(TierError, match="disagree on 'triton'"):
+        triton_aot.merge_parts([a, b])
+
+
 def _record(root, env=ROCM, verdict=Verdict.PASSED, report=None):
     plan = load_plan(root, env)
     rep = json.dumps(report or _report(**{t: (3, 0) for t in AMD}), sort_keys=True).encode()

@@ -88,6 +88,8 @@ def cmd_aot(args) -> int:
     python = Path(args.python) if args.python else None
     run = triton_aot.run(plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only, python=python)
     o = run.outcome
+    if run.reused:
+        say(f"{plan.env_id}: reused the passed result of an earlier run for {', '.join(run.reused)} (.work/aot-parts/)")
     print(
         f"{plan.env_id} triton-aot: {o.verdict} ({', '.join(f'{k} {v}' for k, v in o.counts.items())}) in {o.duration_s:.0f}s"
     )

@@ -8,6 +8,12 @@ cannot fit a target pruned by it) and reports, per specialisation, whether it co
 (registers or VGPRs, shared memory or LDS, spills). The kernel sources are the plan's bytes, the ones the
 input hash covers, staged into a temporary folder: what is compiled is exactly what the verdict names.
 
+Each target is compiled in a run of its own, and a run that passed is kept under ``.work/aot-parts/``, named
+by the sha256 of what decides its result (the kernel sources' digest, the triton version and the digest of its
+installed bits, the target, the ``--only`` filter). A later run reuses it instead of compiling again, so an
+interrupted tier (the AMD targets take an hour or more each on two cores) resumes at the next target, and the
+report is the same bytes either way. Failed or interrupted targets are never kept.
+
 What it proves: the kernels compile for those targets and fit their resources. What it does not: that
 they run or are correct there. The verdict says so in plain words.
 """
@@ -25,10 +31,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import TierError
 from flashkit.core.names import Tier, Verdict
 from flashkit.images.tiers import TierOutcome, host_facts
-from flashkit.plan import hosts
+from flashkit.plan import hosts, inputhash
 from flashkit.plan.plan import Plan
 from flashkit.plan.triton_pin import TritonPin
 
@@ -37,6 +44,7 @@ MODULE = "flash_kernels.aot"
 VENV_TIMEOUT_S = 1800
 SECONDS_PER_TARGET = 3600  # a target whose enumeration takes longer is a hang, not a slow compile
 HIP_PREFIX = "gfx"
+PARTS_DIR = "aot-parts"
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ class AotRun:
     outcome: TierOutcome
     report: bytes  # the kernel package's JSON report, byte for byte (the verdict's evidence)
     context: dict[str, str]  # triton version and wheel, targets, the largest resources per target
+    reused: tuple[str, ...] = ()  # targets whose part came from an earlier run (PARTS_DIR)
 
 
 def targets_for(spec) -> tuple[str, ...]:
@@ -145,6 +154,37 @@ def stage_sources(plan: Plan, dest: Path) -> Path:
     return dest / PACKAGE_DIR
 
 
+def part_key(sources_digest: str, pin: TritonPin, installed: dict[str, str], target: str, only: str | None) -> str:
+    """The name of a target's kept part: everything that decides its report, and nothing that does not (the
+    interpreter's path, the number of jobs)."""
+    bits = installed.get("triton_wheel_sha256") or installed.get("triton_record_sha256", "")
+    facts = {"module": MODULE, "sources": sources_digest, "triton": pin.version, "triton_bits": bits}
+    facts.update(target=target, only=only or "")
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def merge_parts(parts: list[dict]) -> dict:
+    """One report from per-target reports of the same sources and triton, in the order given; the layout
+    (and, for one target, the bytes) of a single run over all of them."""
+    if not parts:
+        raise TierError("no target to compile for")
+    first = parts[0]
+    for p in parts[1:]:
+        for key in ("report_version", "triton", "coverage"):
+            if p.get(key) != first.get(key):
+                raise TierError(f"{MODULE}: the per-target reports disagree on {key!r}; delete .work/{PARTS_DIR}/")
+    report = {k: v for k, v in first.items() if k not in ("toolchain", "targets", "specialisations")}
+    report["toolchain"] = {k: v for p in parts for k, v in (p.get("toolchain") or {}).items()}
+    report["targets"] = {k: v for p in parts for k, v in (p.get("targets") or {}).items()}
+    report["specialisations"] = [e for p in parts for e in p.get("specialisations", [])]
+    return report
+
+
+def report_bytes(report: dict) -> bytes:
+    """flash_kernels.aot's own serialisation (sorted keys, indent 1, final newline)."""
+    return (json.dumps(report, sort_keys=True, indent=1) + "\n").encode()
+
+
 def run(
     plan: Plan,
     pin: TritonPin,
@@ -155,38 +195,55 @@ def run(
     python: Path | None = None,
 ) -> AotRun:
     """Compile every specialisation for ``targets`` and judge the report (``only``: a subset, for a quick look;
-    ``python``: an interpreter that already has the pinned triton, instead of a venv made from the index)."""
+    ``python``: an interpreter that already has the pinned triton, instead of a venv made from the index).
+    Each target runs alone; a passed target's report is kept and reused (module docstring)."""
     start = time.monotonic()
     if python is None:
         python, wheel_sha = venv_for(work, pin)
         installed = {"triton_wheel_sha256": wheel_sha}
     else:
         installed = {"triton_installed": str(python)[:200], "triton_record_sha256": preinstalled(python, pin)}
+    digest = inputhash.sources_digest((f.path, f.mode, f.sha256) for f in plan.sources)
+    parts, codes, reused = [], [], []
     with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
         pkg = stage_sources(plan, Path(tmp) / "src")
-        out = Path(tmp) / "report.json"
-        cmd = [
-            str(python),
-            "-m",
-            MODULE,
-            *(a for t in targets for a in ("--target", t)),
-            "--jobs",
-            str(jobs),
-            "--timings",
-        ]
-        cmd += ["--out", str(out)] + (["--only", only] if only else [])
-        env = {**os.environ, "PYTHONPATH": str(pkg), "PYTHONDONTWRITEBYTECODE": "1"}
-        env["TRITON_CACHE_DIR"] = str(Path(tmp) / "cache")  # a cold cache: every kernel is really compiled
-        res = _run(cmd, SECONDS_PER_TARGET * len(targets), env=env, cwd=Path(tmp))
-        if res.returncode == 2 or not out.is_file():
-            raise TierError(
-                f"{MODULE} could not run with triton {pin.version} (exit {res.returncode}): "
-                f"{(res.stderr or res.stdout).strip()[-1200:]}"
-            )
-        data = out.read_bytes()
-    report = json.loads(data)
-    outcome = outcome_of(report, res.returncode, pin, targets, start)
-    return AotRun(outcome, data, context_of(report, pin, installed, targets))
+        for target in targets:
+            kept = work / PARTS_DIR / f"{part_key(digest, pin, installed, target, only)}.json"
+            if kept.is_file():
+                parts.append(json.loads(kept.read_bytes()))
+                codes.append(0)
+                reused.append(target)
+                continue
+            data, code = _compile_target(python, pkg, Path(tmp) / target.replace(":", "_"), target, jobs, only, pin)
+            if code == 0:
+                write_text_atomic(kept, data.decode("utf-8"))
+            parts.append(json.loads(data))
+            codes.append(code)
+    report = merge_parts(parts)
+    outcome = outcome_of(report, max(codes), pin, targets, start)
+    context = context_of(report, pin, installed, targets)
+    if reused:
+        context["parts_reused"] = ",".join(reused)
+    return AotRun(outcome, report_bytes(report), context, tuple(reused))
+
+
+def _compile_target(
+    python: Path, pkg: Path, tmp: Path, target: str, jobs: int, only: str | None, pin: TritonPin
+) -> tuple[bytes, int]:
+    """One target's run of the kernel package's tool, with a cold triton cache: its report and exit status."""
+    tmp.mkdir(parents=True)
+    out = tmp / "report.json"
+    cmd = [str(python), "-m", MODULE, "--target", target, "--jobs", str(jobs), "--timings", "--out", str(out)]
+    cmd += ["--only", only] if only else []
+    env = {**os.environ, "PYTHONPATH": str(pkg), "PYTHONDONTWRITEBYTECODE": "1"}
+    env["TRITON_CACHE_DIR"] = str(tmp / "cache")  # a cold cache: every kernel is really compiled
+    res = _run(cmd, SECONDS_PER_TARGET, env=env, cwd=tmp)
+    if res.returncode == 2 or not out.is_file():
+        raise TierError(
+            f"{MODULE} could not run with triton {pin.version} for {target} (exit {res.returncode}): "
+            f"{(res.stderr or res.stdout).strip()[-1200:]}"
+        )
+    return out.read_bytes(), res.returncode
 
 
 def _summary(report: dict) -> dict[str, dict]:
