@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
+import time
 
 import pytest
 from kitsupport import REPO, input_hash
@@ -255,3 +257,24 @@ def test_a_preinstalled_triton_is_used_only_at_the_pinned_version(tmp_path):
     with pytest.raises(TierError) as e:
         triton_aot.preinstalled(bare / "python", pin)
     assert "has no triton to compile with" in str(e.value) and "leave out --python" in e.value.hint
+
+
+def test_a_timeout_stops_the_tools_workers_too(tmp_path):
+    pidfile = tmp_path / "worker.pid"
+    tool = (
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(w.pid))\n"
+        "time.sleep(120)\n"
+    )
+    with pytest.raises(TierError, match="did not finish in 3 s"):
+        triton_aot._run([sys.executable, "-c", tool], 3)
+    worker = int(pidfile.read_text())
+    for _ in range(50):  # the orphan is reaped by init shortly after the kill
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"worker {worker} of the timed-out tool is still running")

@@ -20,10 +20,12 @@ they run or are correct there. The verdict says so in plain words.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,7 +44,9 @@ from flashkit.plan.triton_pin import TritonPin
 PACKAGE_DIR = "flash_kernels"  # the kernel package's folder in the repo: its sources' paths start here
 MODULE = "flash_kernels.aot"
 VENV_TIMEOUT_S = 1800
-SECONDS_PER_TARGET = 3600  # a target whose enumeration takes longer is a hang, not a slow compile
+# A hang guard, not a budget: with triton 3.3.1 one AMD target took more than an hour of wall time on two
+# cores shared with image builds (and was killed by the earlier one-hour limit), so a target gets four.
+SECONDS_PER_TARGET = 4 * 3600
 HIP_PREFIX = "gfx"
 PARTS_DIR = "aot-parts"
 
@@ -69,10 +73,26 @@ def targets_for(spec) -> tuple[str, ...]:
 
 
 def _run(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None):
+    """``cmd`` in a process group of its own: a timeout or an interrupt stops its compile workers too (killing
+    only the tool left its process pool compiling, orphaned, for as long again)."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
+    )
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _kill_group(proc)
         raise TierError(f"{' '.join(cmd[:4])} … did not finish in {timeout:.0f} s") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
 
 
 def venv_for(work: Path, pin: TritonPin) -> tuple[Path, str]:
