@@ -21,7 +21,7 @@ from flashkit.core.names import Tier
 from flashkit.images import triton_aot
 from flashkit.images.build import WORK
 from flashkit.ledger import gate, record, store
-from flashkit.plan import inputhash, resolve, triton_pin
+from flashkit.plan import resolve, triton_pin
 from flashkit.plan.plan import Plan
 
 
@@ -96,9 +96,8 @@ def cmd_aot(args) -> int:
     for reason in o.reasons[:12]:
         print(f"  {reason}")
     if recorded:
-        digest = inputhash.sources_digest((f.path, f.mode, f.sha256) for f in plan.sources)
         _ledger, fact, path = record.record_source_verdict(
-            r, plan.env_id, plan.input_hash, digest, o, run.report, run.context
+            r, plan.env_id, plan.input_hash, run.sources_digest, o, run.report, run.context
         )
         print(
             f"ledger: {paths.rel(r, store.ledger_path(r, plan.env_id))} (verdict {fact.id[7:19]}); report {paths.rel(r, path)}"

@@ -56,6 +56,7 @@ class AotRun:
     outcome: TierOutcome
     report: bytes  # the kernel package's JSON report, byte for byte (the verdict's evidence)
     context: dict[str, str]  # triton version and wheel, targets, the largest resources per target
+    sources_digest: str  # what the verdict judges: the sha256 of the kernel sources' (path, mode, sha256) list
     reused: tuple[str, ...] = ()  # targets whose part came from an earlier run (PARTS_DIR)
 
 
@@ -244,7 +245,7 @@ def run(
     context = context_of(report, pin, installed, targets)
     if reused:
         context["parts_reused"] = ",".join(reused)
-    return AotRun(outcome, report_bytes(report), context, tuple(reused))
+    return AotRun(outcome, report_bytes(report), context, digest, tuple(reused))
 
 
 def _compile_target(
