@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An ld.lld for triton 3.3.1's HIP backend on a host that has no LLVM linker: the same link (`-flavor gnu
--shared IN -o OUT`) done by the lld that triton >= 3.4 carries inside libtriton (`amd.link_hsaco`), through
-the interpreter named by FLASHKIT_LLD_PYTHON. Any other command line is refused."""
+-shared IN -o OUT`) done by the lld that triton >= 3.4 carries inside libtriton (`amd.link_hsaco`). Run by an
+interpreter that has such a triton (device_aot.sh writes the shell wrapper that names it). Any other command
+line is refused."""
 import sys
 
 args = sys.argv[1:]
