@@ -181,3 +181,14 @@ def pip(py: Path, *args: str) -> subprocess.CompletedProcess:
     # Isolated from this host's pip configuration (its constraint file and find-links).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     return subprocess.run([str(py), "-m", "pip", *args], capture_output=True, text=True, env=env)
+
+
+def triton_site(tmp_path: Path, version: str) -> Path:
+    """A folder for PYTHONPATH holding an installed distribution named triton at ``version`` (metadata and
+    RECORD only: what the kit's triton check reads; nothing in it compiles)."""
+    site = tmp_path / "site"
+    info = site / f"triton-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: triton\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"triton-{version}.dist-info/METADATA,,\n")
+    return site

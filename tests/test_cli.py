@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,13 @@ def test_every_error_class_has_its_own_documented_exit_code():
         assert f"  {code}  " in cli_mod.EPILOG or f"  {code}    " in cli_mod.EPILOG
         assert f"| {code} |" in readme, f"exit code {code} is not in the README's table"
     assert 1 not in codes, "exit 1 is reserved for bugs in flashkit"
+
+
+def test_the_readmes_exit_code_table_is_the_one_help_prints():
+    section = (REPO / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = tuple(re.findall(r"^\| (\d+) \| (.*) \|$", section, re.MULTILINE))
+    assert rows == errors.EXIT_CODES
+    assert {"130", "143"} <= dict(rows).keys()  # Ctrl-C and SIGTERM, after the clean-up
 
 
 def test_console_script_runs(kit_repo):

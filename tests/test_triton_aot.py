@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from kitsupport import REPO, input_hash
+from kitsupport import REPO, input_hash, triton_site
 
 from flashkit.core.errors import LockError, RecordError, TierError
 from flashkit.core.names import Tier, Verdict
@@ -232,11 +232,7 @@ def _forged_empty_pass(root):
 def _interpreter_with_triton(tmp_path, version: str):
     """A real interpreter whose import path holds an installed distribution named triton at ``version``
     (metadata and RECORD only: the check reads what is installed, it compiles nothing)."""
-    site = tmp_path / "site"
-    info = site / f"triton-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: triton\nVersion: {version}\n")
-    (info / "RECORD").write_text(f"triton-{version}.dist-info/METADATA,,\n")
+    site = triton_site(tmp_path, version)
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
     wrapper.chmod(0o755)

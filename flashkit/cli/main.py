@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from flashkit.cli import aot_cmd, doctor_cmd, image_cmds, ledger_cmds, matrix_cmd, plan_cmds, resolve_cmd, trust_cmds
 from flashkit.core import errors
-from flashkit.core.errors import FlashkitError
+from flashkit.core.errors import FlashkitError, Terminated
 
 EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
 GROUPS = (plan_cmds, matrix_cmd, image_cmds, ledger_cmds, aot_cmd, trust_cmds, doctor_cmd, resolve_cmd)
@@ -44,6 +46,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line and return its exit code; SIGTERM unwinds the command as Ctrl-C does."""
+    previous = _raise_on_sigterm()
+    try:
+        return _main(argv)
+    except Terminated:
+        print("flashkit: terminated (SIGTERM); cleaned up", file=sys.stderr)
+        return errors.EXIT_TERMINATED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise Terminated in the main thread; the handler it replaced, or None if it left it.
+
+    Left to the default, SIGTERM (kill, timeout, docker stop, a CI cancel) ends the process at once: no
+    ``finally`` runs, temporary folders stay, and the aot tool's compile workers run on, orphaned. A
+    handler set by whoever called main, or an ignored SIGTERM, is theirs: kept, as Python keeps SIGINT's."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signal handlers can only be set from the main thread
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        return None
+    raised = False
+
+    def handler(signum, frame):
+        nonlocal raised
+        # Supervisors repeat SIGTERM; a second exception would cut the clean-up of the first short. SIGKILL
+        # remains for a clean-up that hangs.
+        if not raised:
+            raised = True
+            raise Terminated
+
+    signal.signal(signal.SIGTERM, handler)
+    return previous
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FLASHKIT_DEBUG") == "1"
     try:
@@ -68,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("flashkit: interrupted", file=sys.stderr)
-        return 130
+        return errors.EXIT_INTERRUPTED
     except Exception as exc:
         if debug:
             traceback.print_exc()

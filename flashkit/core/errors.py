@@ -12,6 +12,14 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
+# The shell's 128 + signal number, as if the signal had ended the process; but only after the clean-up ran.
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread while a command runs: it unwinds (``finally``, ``with``) like
+    Ctrl-C's KeyboardInterrupt does, and no ``except Exception`` takes it for an error."""
 
 
 class FlashkitError(Exception):
@@ -222,7 +230,14 @@ def _table() -> tuple[tuple[str, str], ...]:
         ("1", "internal error: a bug in flashkit (rerun with --debug for the traceback); no bad input ends here"),
         ("2", "usage error: a bad command line"),
     )
-    return head + tuple((str(code), text) for code, text in sorted(rows.items()))
+    tail = (
+        (str(EXIT_INTERRUPTED), "interrupted: Ctrl-C (SIGINT); the command's clean-up ran first"),
+        (
+            str(EXIT_TERMINATED),
+            "terminated: SIGTERM (kill, timeout, docker stop, a CI cancel); the same clean-up ran first",
+        ),
+    )
+    return head + tuple((str(code), text) for code, text in sorted(rows.items())) + tail
 
 
 EXIT_CODES = _table()
