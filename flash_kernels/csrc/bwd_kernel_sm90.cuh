@@ -12,9 +12,9 @@
 //     taking turns with the other warpgroup to issue, as in the forward.
 // Above head dim 128 the dK and dV accumulators of 64 keys no longer fit in one warpgroup's registers
 // together (256 fp32 per thread at 256), so both math warpgroups take the same 64 keys and each keeps the
-// dK/dV columns of one head-dim half (BwdSm90Split). Both compute the step's whole S^T and dP^T: that
-// doubles those two products (six 64x64xD products a step instead of four) but needs no exchange through
-// shared memory and keeps the register budget of head dim 128. The dQ kernel does the same with queries.
+// dK/dV columns of one head-dim half (BwdSm90Split), and they split a step by role (SplitBarriers):
+// warpgroup 0 computes S^T, P^T and dS^T, warpgroup 1 dP^T, and the two hand them over through shared
+// memory, so each product is issued once. The dQ kernel does the same with queries.
 // A step walks every (q head of the kv head's group, query block) pair, so GQA sums its heads in
 // registers and no atomics are needed: the result is deterministic, as the general kernel's.
 #pragma once
@@ -48,7 +48,8 @@ struct BwdSm90Split {
 // 128 keys (two math warpgroups of 64; 64 keys shared by both above head dim 128), 64 queries per step.
 // Registers per math thread at head dim 128 (and, by the split, at 192 and 256): dK and dV 64 each, S^T and
 // dP^T 32 each, their 16-bit copies 16 each. Shared memory: K, V, 2 stages x (Q, dO), lse/delta 2 KB:
-// 130 KB at head dim 128 (32 + 32 + 64), 194 KB at 256 (32 + 32 + 128; 64 keys).
+// 130 KB at head dim 128 (32 + 32 + 64); at 256 (64 keys) 32 + 32 + 128, lse/delta 1 KB and the exchange
+// (dP^T in fp32 16 KB, P^T and dS^T 8 KB each): 226 KB.
 template <typename Element_, int kHeadDim_>
 struct BwdSm90Traits {
   using Element = Element_;
@@ -62,13 +63,95 @@ struct BwdSm90Traits {
   static constexpr int kAtoms = kHeadDim / kAtomCols;
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
-  // K, V, then per stage Q, dO; then per math warpgroup two buffers of lse, delta (floats); then the
-  // mbarriers (K/V full; per stage full and empty).
+  // K, V, then per stage Q, dO; then per warpgroup that computes P^T two buffers of lse, delta (floats);
+  // when split, the exchange (dP^T in fp32, then the 16-bit P^T and dS^T atoms); then the mbarriers (K/V
+  // full; per stage full and empty).
+  static constexpr int kStatWarpgroups = Split::kSplit ? 1 : kMathWarpgroups;
   static constexpr int kRowStatsOffset = 2 * kTileKVBytes + 2 * kStages * kTileQBytes;
   static constexpr int kRowStatsFloats = 2 * kBlockM;  // lse, then delta, of one step
-  static constexpr int kBarrierOffset = kRowStatsOffset + kMathWarpgroups * 2 * kRowStatsFloats * 4;
+  static constexpr int kExchangeOffset = kRowStatsOffset + kStatWarpgroups * 2 * kRowStatsFloats * 4;
+  static constexpr int kExchangeBytes = Split::kSplit ? kBlockN * kBlockM * (4 + 2 + 2) : 0;
+  static constexpr int kBarrierOffset = kExchangeOffset + kExchangeBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
+  static_assert(kExchangeOffset % kAtomBytes == 0, "the exchanged atoms need the swizzle alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of a Hopper SM");
 };
+
+// Above head dim 128 the two math warpgroups split a step's work by role instead of taking turns:
+// warpgroup 0 computes S^T (S in the dQ kernel), P^T and dS^T, warpgroup 1 dP^T (dP), which it hands to
+// warpgroup 0 in fp32 through shared memory; warpgroup 0 hands back the 16-bit P^T and dS^T (dS) as
+// K-major atoms that warpgroup 1's wgmma reads as its A operand. Each product of a step is then issued
+// once (four 64x64xD-equivalents a step in dK/dV, three in dQ, instead of six and five). The named
+// barriers of the hand-over (warpgroup 0's lse/delta barrier is WarpgroupTurns::kBarriersUsed):
+struct SplitBarriers {
+  static constexpr int kScoresReady = WarpgroupTurns::kBarriersUsed + 2;  // warpgroup 1's dP^T / dP stashed
+  static constexpr int kOperandsReady = kScoresReady + 1;                  // warpgroup 0's P^T, dS^T / dS stored
+};
+
+// A split step's product (S^T or dP^T in dK/dV, S or dP in dQ: 64 x 64 over the head dim) from the resident
+// 64-row tile at a_addr and the step's tile at b_addr, once the step's stage is full; one commit group.
+template <typename T, int kHeadDim, int kStages>
+__device__ __forceinline__ void issue_split_scores(float (&d)[32], const StageRing<kStages>& ring, int i,
+                                                   uint32_t a_addr, uint32_t b_addr) {
+  ring.wait_full(i);
+  fence_operands(d);
+  wgmma_fence();
+  wgmma_rows_x_rows<T, kHeadDim, 64, 64>(d, a_addr, 0, b_addr);
+  wgmma_commit();
+}
+
+// The elementwise part of a step, on a 64 x 64 wgmma accumulator (element e of tile j: row g + (e/2)*8,
+// column 8j + 2t + e%2 of the warp's 16 rows). dK/dV works on transposes (rows are keys, columns queries),
+// dQ on rows of queries. P = exp2(S * scale log2 e - lse log2 e), 0 where masked, in place; lse (times
+// log2 e) per query column (dK/dV, `key_row` = the thread's row g) or per row (dQ, `query_row` likewise).
+template <bool kBanded>
+__device__ __forceinline__ void probs_t_in_place(float (&st)[32], const AttnParams& p, const float* lse, int m0,
+                                                 int key_row, bool full) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int qt = 0; qt < 8; ++qt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int qcol = qt * 8 + 2 * t + (e & 1);
+      float pv = fast_exp2(fmaf(st[qt * 4 + e], p.scale_log2, -lse[qcol]));
+      if (!full && !key_visible<kBanded>(p, m0 + qcol, key_row + (e >> 1) * 8)) pv = 0.f;
+      st[qt * 4 + e] = pv;
+    }
+}
+// dS^T = P^T (dP^T - delta), in place in dpt.
+__device__ __forceinline__ void grad_scores_t_in_place(float (&dpt)[32], const float (&pt)[32], const float* delta) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int qt = 0; qt < 8; ++qt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dpt[qt * 4 + e] = pt[qt * 4 + e] * (dpt[qt * 4 + e] - delta[qt * 8 + 2 * t + (e & 1)]);
+}
+template <bool kBanded>
+__device__ __forceinline__ void probs_in_place(float (&s)[32], const AttnParams& p, const float (&lse2)[2],
+                                               int query_row, int n0, bool full) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float pv = fast_exp2(fmaf(s[nt * 4 + e], p.scale_log2, -lse2[e >> 1]));
+      if (!full && !key_visible<kBanded>(p, query_row + (e >> 1) * 8, n0 + nt * 8 + 2 * t + (e & 1))) pv = 0.f;
+      s[nt * 4 + e] = pv;
+    }
+}
+// dS = P (dP - delta) as 16-bit A fragments (acc_to_frags' layout).
+template <typename T>
+__device__ __forceinline__ void grad_scores_frags(uint32_t (&dsf)[4][4], const float (&pm)[32], const float (&dp)[32],
+                                                  const float (&delta)[2]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int i2 = 0; i2 < 4; ++i2) {
+      const int e0 = 8 * kk + 2 * i2;  // elements e0, e0 + 1 share a row: (e0 % 4) / 2
+      const float d = delta[(e0 % 4) >> 1];
+      dsf[kk][i2] = pack2<T>(pm[e0] * (dp[e0] - d), pm[e0 + 1] * (dp[e0 + 1] - d));
+    }
+}
 
 // Tensor maps of q, k, v, dout (fwd_launch_sm90.cuh's make_tensor_map).
 struct Sm90BwdTensorMaps {
@@ -147,7 +230,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int warp = (tid % 128) / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
-  const int t = lane % 4;
   const int wg_row0 = Split::row0(wg);       // this warpgroup's first key within the block
   const int key_row0 = wg_row0 + warp * 16;  // this warp's
   // This warpgroup's accumulator columns: byte offset of its first atom in a BM-row tile.
@@ -182,6 +264,79 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   };
   float next_stat = 0.f;
 
+  if constexpr (Split::kSplit) {
+    float* const dpt_buf =
+        reinterpret_cast<float*>(smem_raw + (k_addr - smem_addr(smem_raw)) + Traits::kExchangeOffset);
+    const uint32_t pt_addr = k_addr + Traits::kExchangeOffset + BN * BM * 4;
+    const uint32_t dst_addr = pt_addr + BN * BM * 2;
+    // Every wgmma is issued outside the warpgroup branches, by both warpgroups with their own addresses:
+    // ptxas serializes all wgmma of a kernel when it finds one in a path it cannot prove warpgroup-uniform,
+    // or (with this loop's structure) one whose accumulator is read or written while another is in flight,
+    // so each step waits for all its products (wait<0>) and the next step's S^T / dP^T, issued right after
+    // this step's dV/dK update, keeps the tensor cores busy meanwhile.
+    float sx[QTILES * 4];  // S^T, then P^T (warpgroup 0), or dP^T (warpgroup 1)
+    const uint32_t scores_a = wg == 0 ? k_addr : v_addr;
+    const uint32_t scores_b_off = wg == 0 ? 0 : Traits::kTileQBytes;
+    auto issue_scores = [&](int i) { issue_split_scores<T, D>(sx, ring, i, scores_a, q_addr(i) + scores_b_off); };
+    if (steps > 0) {
+      if (wg == 0) next_stat = load_row_stat(0);
+      mbar_wait(bar_kv, 0);
+      fence_operands(dv);  // the zeros are written before any wgmma is in flight
+      fence_operands(dk);
+      issue_scores(0);
+    }
+    for (int i = 0; i < steps; ++i) {
+      const int m0 = (m_block_min + i % m_blocks) * BM;
+      const bool last = i == steps - 1;
+      const uint32_t qa = q_addr(i), doa = q_addr(i) + Traits::kTileQBytes;
+      // This step's S^T or dP^T, and the last step's dV/dK update, which read stage i - 1 and the exchanged
+      // P^T / dS^T. Warpgroup 1 hands dP^T over only after this wait, so warpgroup 0, which waits for that
+      // hand-over, overwrites P^T / dS^T after both warpgroups' updates read them.
+      wgmma_wait<0>();
+      fence_operands(sx);
+      fence_operands(dv);
+      fence_operands(dk);
+      if (i > 0) ring.release(i - 1, lane);
+      if (wg == 0) {
+        float* const stats = row_stats + (i % 2) * Traits::kRowStatsFloats;
+        stats[stat_j] = next_stat;
+        named_bar_sync(stats_barrier, 128);
+        const float* lse = stats;
+        const float* delta = stats + BM;
+        const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
+        probs_t_in_place<kBanded>(sx, p, lse, m0, n0 + key_row0 + g, full);
+        float dpt[QTILES * 4];
+        named_bar_sync(SplitBarriers::kScoresReady, 256);
+        unstash_acc(dpt, dpt_buf);
+        grad_scores_t_in_place(dpt, sx, delta);
+        uint32_t f[BM / 16][4];
+        acc_to_frags<T, BM>(sx, f);
+        store_frags_sw128<BM>(f, pt_addr);
+        acc_to_frags<T, BM>(dpt, f);
+        store_frags_sw128<BM>(f, dst_addr);
+        // The fence compiles to a memory barrier, which can wait for this thread's loads in flight: the next
+        // step's lse/delta load is issued after it.
+        fence_async_shared();
+        if (!last) next_stat = load_row_stat(i + 1);
+      } else {
+        stash_acc(sx, dpt_buf);
+        // A full barrier, not an arrival: warpgroup 1 has nothing else to do until the operands are ready,
+        // and with an arrival racecheck reported the stash and warpgroup 0's reads as racing (dQ, 3 steps).
+        named_bar_sync(SplitBarriers::kScoresReady, 256);
+      }
+      // Both warpgroups read P^T and dS^T from shared memory, warpgroup 0 its own stores included.
+      named_bar_sync(SplitBarriers::kOperandsReady, 256);
+      wgmma_fence();
+      wgmma_tile_x_rows<T, ACC, BM>(dv, pt_addr, doa + acc_tile_off);
+      wgmma_tile_x_rows<T, ACC, BM>(dk, dst_addr, qa + acc_tile_off);
+      wgmma_commit();
+      if (!last) issue_scores(i + 1);
+    }
+    wgmma_wait<0>();  // also where no step ran: ptxas then sees every path to the stores wait
+    fence_operands(dv);
+    fence_operands(dk);
+    if (steps > 0) ring.release(steps - 1, lane);
+  } else {
   if (steps > 0) {
     next_stat = load_row_stat(0);
     mbar_wait(bar_kv, 0);
@@ -215,25 +370,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_wait<1>();
     fence_operands(st);
     const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
-#pragma unroll
-    for (int qt = 0; qt < QTILES; ++qt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qcol = qt * 8 + 2 * t + (e & 1);
-        const int key = n0 + key_row0 + g + (e >> 1) * 8;
-        float pv = fast_exp2(fmaf(st[qt * 4 + e], p.scale_log2, -lse[qcol]));
-        if (!full && !key_visible<kBanded>(p, m0 + qcol, key)) pv = 0.f;
-        st[qt * 4 + e] = pv;
-      }
+    probs_t_in_place<kBanded>(st, p, lse, m0, n0 + key_row0 + g, full);
     wgmma_wait<0>();
     fence_operands(dpt);
-#pragma unroll
-    for (int qt = 0; qt < QTILES; ++qt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qcol = qt * 8 + 2 * t + (e & 1);
-        dpt[qt * 4 + e] = st[qt * 4 + e] * (dpt[qt * 4 + e] - delta[qcol]);
-      }
+    grad_scores_t_in_place(dpt, st, delta);
 
     // dV += P^T dO, dK += dS^T Q (k dimension = the BM queries).
     uint32_t pf[BM / 16][4], dsf[BM / 16][4];
@@ -251,6 +391,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fence_operands(dv);
     fence_operands(dk);
     ring.release(i, lane);
+  }
   }
 
   // Store (zeros for keys no query sees, so dK/dV are always fully written).
@@ -290,9 +431,14 @@ struct BwdQSm90Traits {
   static constexpr int kAtoms = kHeadDim / kAtomCols;
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
-  // Q, dO, then per stage K, V; then the mbarriers (Q/dO full; per stage full and empty).
-  static constexpr int kBarrierOffset = 2 * kTileQBytes + 2 * kStages * kTileKVBytes;
+  // Q, dO, then per stage K, V; when split, the exchange (dP in fp32, then the 16-bit dS atom); then the
+  // mbarriers (Q/dO full; per stage full and empty).
+  static constexpr int kExchangeOffset = 2 * kTileQBytes + 2 * kStages * kTileKVBytes;
+  static constexpr int kExchangeBytes = Split::kSplit ? kBlockM * kBlockN * (4 + 2) : 0;
+  static constexpr int kBarrierOffset = kExchangeOffset + kExchangeBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
+  static_assert(kExchangeOffset % kAtomBytes == 0, "the exchanged atom needs the swizzle alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of a Hopper SM");
 };
 
 template <typename Traits, bool kBanded>
@@ -319,7 +465,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const uint32_t bar_q = q_addr + Traits::kBarrierOffset;
   const StageRing<STAGES> ring{bar_q + 8};
 
-  const int m_block = blockIdx.x;
+  // Causal: the last query blocks see the most keys; start them first so the grid's tail is short ones.
+  const int m_block = kBanded ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
   const int hk = h / p.head_group;
@@ -365,7 +512,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int warp = (tid % 128) / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
-  const int t = lane % 4;
   const int wg_row0 = Split::row0(wg);  // this warpgroup's first query within the block
   const int row0 = wg_row0 + warp * 16;  // this warp's
   const uint32_t acc_tile_off = Split::acc_atom0(wg) * BN * 128;  // its dQ columns in a BN-row K tile
@@ -388,6 +534,53 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[a][i] = 0.f;
 
+  if constexpr (Split::kSplit) {
+    float* const dp_buf =
+        reinterpret_cast<float*>(smem_raw + (q_addr - smem_addr(smem_raw)) + Traits::kExchangeOffset);
+    const uint32_t ds_addr = q_addr + Traits::kExchangeOffset + BM * BN * 4;
+    float sx[NTILES * 4];  // S, then P (warpgroup 0), or dP (warpgroup 1); the loop is the dK/dV kernel's
+    const uint32_t scores_a = wg == 0 ? q_addr : do_addr;
+    const uint32_t scores_b_off = wg == 0 ? 0 : Traits::kTileKVBytes;
+    auto issue_scores = [&](int i) { issue_split_scores<T, D>(sx, ring, i, scores_a, k_addr(i) + scores_b_off); };
+    if (n_steps > 0) {
+      mbar_wait(bar_q, 0);
+      fence_operands(dq);  // the zeros are written before any wgmma is in flight
+      issue_scores(0);
+    }
+    for (int i = 0; i < n_steps; ++i) {
+      const int n0 = (n_block_max - 1 - i) * BN;
+      const bool last = i == n_steps - 1;
+      const uint32_t ka = k_addr(i);
+      wgmma_wait<0>();  // this step's S or dP, and the last step's dQ update (see the dK/dV kernel)
+      fence_operands(sx);
+      fence_operands(dq);
+      if (i > 0) ring.release(i - 1, lane);
+      if (wg == 0) {
+        const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
+        probs_in_place<kBanded>(sx, p, lse2, m0 + row0 + g, n0, full);
+        float dp[NTILES * 4];
+        named_bar_sync(SplitBarriers::kScoresReady, 256);
+        unstash_acc(dp, dp_buf);
+        uint32_t dsf[BN / 16][4];
+        grad_scores_frags<T>(dsf, sx, dp, delta);
+        store_frags_sw128<BN>(dsf, ds_addr);
+        fence_async_shared();
+      } else {
+        stash_acc(sx, dp_buf);
+        // A full barrier, not an arrival: warpgroup 1 has nothing else to do until the operands are ready,
+        // and with an arrival racecheck reported the stash and warpgroup 0's reads as racing (dQ, 3 steps).
+        named_bar_sync(SplitBarriers::kScoresReady, 256);
+      }
+      named_bar_sync(SplitBarriers::kOperandsReady, 256);  // dS in shared memory, for both warpgroups
+      wgmma_fence();
+      wgmma_tile_x_rows<T, ACC, BN>(dq, ds_addr, ka + acc_tile_off);
+      wgmma_commit();
+      if (!last) issue_scores(i + 1);
+    }
+    wgmma_wait<0>();  // see the dK/dV kernel
+    fence_operands(dq);
+    if (n_steps > 0) ring.release(n_steps - 1, lane);
+  } else {
   if (n_steps > 0) {
     mbar_wait(bar_q, 0);
     turns.start();
@@ -413,27 +606,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_wait<1>();
     fence_operands(sc);
     const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
-#pragma unroll
-    for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = n0 + nt * 8 + 2 * t + (e & 1);
-        const int query = m0 + row0 + g + (e >> 1) * 8;
-        float pv = fast_exp2(fmaf(sc[nt * 4 + e], p.scale_log2, -lse2[e >> 1]));
-        if (!full && !key_visible<kBanded>(p, query, key)) pv = 0.f;
-        sc[nt * 4 + e] = pv;
-      }
+    probs_in_place<kBanded>(sc, p, lse2, m0 + row0 + g, n0, full);
     wgmma_wait<0>();
     fence_operands(dp);
     uint32_t dsf[BN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-      for (int i2 = 0; i2 < 4; ++i2) {
-        const int e0 = 8 * kk + 2 * i2;  // elements e0, e0 + 1 share a row: (e0 % 4) / 2
-        const float d = delta[(e0 % 4) >> 1];
-        dsf[kk][i2] = pack2<T>(sc[e0] * (dp[e0] - d), sc[e0 + 1] * (dp[e0 + 1] - d));
-      }
+    grad_scores_frags<T>(dsf, sc, dp, delta);
 
     // dQ += dS K (k dimension = the BN keys; K read N-major).
     turns.take();
@@ -445,6 +622,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_wait<0>();
     fence_operands(dq);
     ring.release(i, lane);
+  }
   }
 
   const int col0 = Split::acc_atom0(wg) * kAtomCols;

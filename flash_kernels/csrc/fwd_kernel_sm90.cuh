@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // while P V still reads the V beside it.
   const StageRing<STAGES> ring_k{bar_full_q + 8}, ring_v{bar_full_q + 8 + StageRing<STAGES>::kBytes};
 
-  const int m_block = blockIdx.x;
+  // Causal: the last query blocks see the most keys; start them first so the grid's tail is short ones.
+  const int m_block = kBanded ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
   const int hk = h / p.head_group;

@@ -119,6 +119,7 @@ struct Wgmma;
 // ss_m64nNk16: d (64 x N, fp32) (+)= A (64 x 16, K-major, shared) * B (16 x N, K-major, shared);
 //   accumulate = 0 overwrites d. N: the forward's key block (80, 112, 128) or the backward's query block (64).
 // rs_m64n64k16_nmajor_b: d (64 x 64) += A (64 x 16, registers) * B (16 x 64, N-major, shared).
+// ss_m64n64k16_nmajor_b: the same with A read from shared memory (K-major).
 // The wrappers for both 16-bit types differ only in the type name in the instruction.
 #define FK_WGMMA_WRAPPERS(CTYPE, PTX) \
 template <> \
@@ -194,6 +195,18 @@ struct Wgmma<CTYPE> { \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)); \
+  } \
+  static __device__ __forceinline__ void ss_m64n64k16_nmajor_b(float (&d)[32], uint64_t desc_a, uint64_t desc_b) { \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
+        "%32, %33, p, 1, 1, 0, 1;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+        : "l"(desc_a), "l"(desc_b), "r"(1)); \
   } \
 };
 
@@ -311,6 +324,65 @@ __device__ __forceinline__ void wgmma_frags_x_rows(float (&acc)[kAtoms][32], con
     for (int a = 0; a < kAtoms; ++a) {
       Wgmma<T>::rs_m64n64k16_nmajor_b(acc[a], f[kk], smem_desc_sw128(b_addr + a * K * 128 + kk * 16 * 128));
     }
+}
+
+// acc += A B like wgmma_frags_x_rows, with A (64 x K, K <= 64) read from the one-atom K-major tile at a_addr
+// (written by another warpgroup with store_frags_sw128).
+template <typename T, int kAtoms, int K>
+__device__ __forceinline__ void wgmma_tile_x_rows(float (&acc)[kAtoms][32], uint32_t a_addr, uint32_t b_addr) {
+  static_assert(K <= kAtomCols, "A is one swizzle atom");
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) {
+      Wgmma<T>::ss_m64n64k16_nmajor_b(acc[a], smem_desc_sw128(a_addr + kk * 32),
+                                      smem_desc_sw128(b_addr + a * K * 128 + kk * 16 * 128));
+    }
+}
+
+// Makes this thread's plain shared-memory stores visible to later wgmma reads (the async proxy) of
+// other threads; a barrier between the two still orders them.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The warpgroup's 64 x K 16-bit fragments (acc_to_frags) into a K-major 128B-swizzled tile of 64 rows at
+// `tile` (K <= 64: one atom), the layout the wgmma descriptors above read. Fragment f[kk][i] holds
+// columns 16kk + 8(i / 2) + 2t, +1 of row 16 warp + g + 8(i % 2); a warp's 32 stores of one (kk, i) hit 32
+// distinct banks (the chunk XOR row % 8 spreads the 8 rows g).
+template <int K>
+__device__ __forceinline__ void store_frags_sw128(const uint32_t (&f)[K / 16][4], uint32_t tile) {
+  static_assert(K <= kAtomCols, "one atom");
+  const int warp = (threadIdx.x % 128) / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = 16 * warp + g + 8 * (i & 1);
+      const int chunk = 2 * kk + (i >> 1);
+      const uint32_t addr = tile + row * 128 + ((chunk ^ g) << 4) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(f[kk][i]) : "memory");
+    }
+}
+
+// A 64 x 64 fp32 accumulator handed from one warpgroup to the other: thread j of the warpgroup writes its
+// 32 values to slots j, j + 128, ... (float4 each) and thread j of the other reads them back into the
+// same accumulator layout, so no layout conversion and no bank conflicts.
+__device__ __forceinline__ void stash_acc(const float (&acc)[32], float* buf) {
+  float4* const b = reinterpret_cast<float4*>(buf) + threadIdx.x % 128;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) b[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+}
+__device__ __forceinline__ void unstash_acc(float (&acc)[32], const float* buf) {
+  const float4* const b = reinterpret_cast<const float4*>(buf) + threadIdx.x % 128;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const float4 v = b[q * 128];
+    acc[4 * q] = v.x;
+    acc[4 * q + 1] = v.y;
+    acc[4 * q + 2] = v.z;
+    acc[4 * q + 3] = v.w;
+  }
 }
 
 // The 16-bit A fragments of a 64 x K fp32 accumulator (acc_to_a_frag per 16-column slice).
