@@ -93,6 +93,7 @@ def cmd_build(args) -> int:
     r = root(args)
     (plan,) = plans(r, args, accepted=True)
     options = build_options(args)  # site inputs are checked before any engine is started
+    plan.require_consistent_locks()  # and so are the locks: a stale one is refused on a host without an engine too
     engine = ensure_engine(install=args.install_engine)
     if args.check:
         report = build_check.check_plan(r, plan, engine, options, keep=args.keep_check_storage)
