@@ -5,6 +5,12 @@
 
 namespace flash_kernels {
 
+// Queries per tile of the single-pass Hopper backward's dQ workspace.
+constexpr int kDqTileRows = 64;
+// Up to head dim 128 the Hopper backward is one kernel that also adds dQ tiles to a float32 workspace;
+// above it, a dK/dV kernel and a dQ kernel that recomputes the scores.
+constexpr bool sm90_bwd_accumulates_dq(int head_dim) { return head_dim <= 128; }
+
 struct AttnParams {
   // Tensors are (batch, seqlen, heads, head_dim) with a contiguous last dim; strides are in elements.
   // Varlen: (total_tokens, heads, head_dim) with batch strides 0, see cu_seqlens_q below.
@@ -28,6 +34,11 @@ struct AttnParams {
   int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
   int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+  // The single-pass Hopper backward (sm90_bwd_accumulates_dq) adds dQ in float32 to dq_accum, ordered by the
+  // counters in dq_semaphore (dq_accum.cuh has the layout); both are zeroed by the host, null otherwise.
+  float* dq_accum;
+  int* dq_semaphore;
+  int64_t dq_accum_rows, dq_semaphores_per_head;
 
   // Varlen: null for dense tensors. Otherwise sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of
   // q, out, dout, dq and rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k, v, dk, dv; seqlen_q / seqlen_k

@@ -9,14 +9,18 @@
 //         (lse and delta of the step's queries: each math warpgroup's threads read one each from global
 //         memory a step ahead and stage them in shared memory of their own, behind a named barrier)
 //       dV += P^T dO, dK += dS^T Q      wgmma m64n64k16 per 64-column atom, P^T / dS^T from registers
-//     taking turns with the other warpgroup to issue, as in the forward.
+//       dQ_tile = dS K                  both warpgroups' dS^T, stored to shared memory, times K; each
+//                                       warpgroup takes half of dQ's columns
+//     and the copy warpgroup's second warp adds the dQ tile to a float32 workspace in a fixed order
+//     (dq_accum.cuh), so the scores are computed once (five products a step where a separate dQ kernel
+//     would need seven) and the result stays deterministic.
 // Above head dim 128 the dK and dV accumulators of 64 keys no longer fit in one warpgroup's registers
 // together (256 fp32 per thread at 256), so both math warpgroups take the same 64 keys and each keeps the
 // dK/dV columns of one head-dim half (BwdSm90Split), and they split a step by role (SplitBarriers):
 // warpgroup 0 computes S^T, P^T and dS^T, warpgroup 1 dP^T, and the two hand them over through shared
-// memory, so each product is issued once. The dQ kernel does the same with queries.
-// A step walks every (q head of the kv head's group, query block) pair, so GQA sums its heads in
-// registers and no atomics are needed: the result is deterministic, as the general kernel's.
+// memory, so each product is issued once. There dQ comes from the dQ kernel below, which does the same with
+// queries. A step walks every (q head of the kv head's group, query block) pair, so GQA sums its heads' dK
+// and dV in registers.
 #pragma once
 #include <cuda.h>
 
@@ -24,6 +28,7 @@
 
 #include "attn_mask.cuh"
 #include "attn_params.h"
+#include "dq_accum.cuh"
 #include "wgmma_primitives.cuh"
 
 namespace flash_kernels {
@@ -47,14 +52,17 @@ struct BwdSm90Split {
 
 // 128 keys (two math warpgroups of 64; 64 keys shared by both above head dim 128), 64 queries per step.
 // Registers per math thread at head dim 128 (and, by the split, at 192 and 256): dK and dV 64 each, S^T and
-// dP^T 32 each, their 16-bit copies 16 each. Shared memory: K, V, 2 stages x (Q, dO), lse/delta 2 KB:
-// 130 KB at head dim 128 (32 + 32 + 64); at 256 (64 keys) 32 + 32 + 128, lse/delta 1 KB and the exchange
-// (dP^T in fp32 16 KB, P^T and dS^T 8 KB each): 226 KB.
+// dP^T 32 each, their 16-bit copies 16 each, and (single pass) half a dQ tile, 32. Shared memory: K, V,
+// 2 stages x (Q, dO), lse/delta 2 KB and, single pass, two buffers of dS^T (16 KB each) and the dQ tile in
+// fp32 (32 KB): 194 KB at head dim 128 (32 + 32 + 64 + 2 + 64); at 256 (64 keys) 32 + 32 + 128, lse/delta
+// 1 KB and the exchange (dP^T in fp32 16 KB, P^T and dS^T 8 KB each): 226 KB.
 template <typename Element_, int kHeadDim_>
 struct BwdSm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   using Split = BwdSm90Split<kHeadDim>;
+  static constexpr bool kAccumDq = sm90_bwd_accumulates_dq(kHeadDim);
+  static_assert(kAccumDq != Split::kSplit, "single pass exactly where the warpgroups do not split a step");
   static constexpr int kBlockN = Split::kRowsPerBlock;  // keys
   static constexpr int kBlockM = 64;                    // queries per step
   static constexpr int kMathWarpgroups = 2;
@@ -64,13 +72,18 @@ struct BwdSm90Traits {
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
   // K, V, then per stage Q, dO; then per warpgroup that computes P^T two buffers of lse, delta (floats);
-  // when split, the exchange (dP^T in fp32, then the 16-bit P^T and dS^T atoms); then the mbarriers (K/V
-  // full; per stage full and empty).
+  // when split, the exchange (dP^T in fp32, then the 16-bit P^T and dS^T atoms), else two buffers of dS^T
+  // (one atom of 64 keys x 64 queries per math warpgroup) and the dQ tile; then the mbarriers (K/V full;
+  // per stage full and empty).
   static constexpr int kStatWarpgroups = Split::kSplit ? 1 : kMathWarpgroups;
   static constexpr int kRowStatsOffset = 2 * kTileKVBytes + 2 * kStages * kTileQBytes;
   static constexpr int kRowStatsFloats = 2 * kBlockM;  // lse, then delta, of one step
   static constexpr int kExchangeOffset = kRowStatsOffset + kStatWarpgroups * 2 * kRowStatsFloats * 4;
-  static constexpr int kExchangeBytes = Split::kSplit ? kBlockN * kBlockM * (4 + 2 + 2) : 0;
+  static constexpr int kDsBufferBytes = kBlockN * kBlockM * 2;
+  static constexpr int kDqTileOffset = kExchangeOffset + 2 * kDsBufferBytes;
+  static_assert(kBlockM == kDqTileRows, "a step is one tile of the dQ workspace");
+  static constexpr int kExchangeBytes =
+      Split::kSplit ? kBlockN * kBlockM * (4 + 2 + 2) : 2 * kDsBufferBytes + kBlockM * kHeadDim * 4;
   static constexpr int kBarrierOffset = kExchangeOffset + kExchangeBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
   static_assert(kExchangeOffset % kAtomBytes == 0, "the exchanged atoms need the swizzle alignment");
@@ -79,13 +92,21 @@ struct BwdSm90Traits {
 
 // Above head dim 128 the two math warpgroups split a step's work by role instead of taking turns:
 // warpgroup 0 computes S^T (S in the dQ kernel), P^T and dS^T, warpgroup 1 dP^T (dP), which it hands to
-// warpgroup 0 in fp32 through shared memory; warpgroup 0 hands back the 16-bit P^T and dS^T (dS) as
-// K-major atoms that warpgroup 1's wgmma reads as its A operand. Each product of a step is then issued
+// warpgroup 0 in fp32 through shared memory; warpgroup 0 stores the 16-bit P^T and dS^T (dS) as K-major
+// atoms that both warpgroups' wgmma read as their A operand. Each product of a step is then issued
 // once (four 64x64xD-equivalents a step in dK/dV, three in dQ, instead of six and five). The named
 // barriers of the hand-over (warpgroup 0's lse/delta barrier is WarpgroupTurns::kBarriersUsed):
 struct SplitBarriers {
   static constexpr int kScoresReady = WarpgroupTurns::kBarriersUsed + 2;  // warpgroup 1's dP^T / dP stashed
   static constexpr int kOperandsReady = kScoresReady + 1;                  // warpgroup 0's P^T, dS^T / dS stored
+};
+
+// The named barriers of the single-pass kernel (no turns there; lse/delta use kBarriersUsed + wg):
+struct AccumBarriers {
+  static constexpr int kDsReady = WarpgroupTurns::kBarriersUsed + 2;  // both math warpgroups stored dS^T
+  static constexpr int kDqFree = kDsReady + 1;   // the dQ writer warp has read the last tile: refill it
+  static constexpr int kDqReady = kDsReady + 2;  // the math warpgroups stored this step's tile
+  static constexpr int kThreads = 256 + 32;      // both math warpgroups and the writer warp
 };
 
 // A split step's product (S^T or dP^T in dK/dV, S or dP in dQ: 64 x 64 over the head dim) from the resident
@@ -185,7 +206,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   float* const row_stats =
       reinterpret_cast<float*>(smem_raw + (k_addr - smem_addr(smem_raw)) + Traits::kRowStatsOffset);
 
-  const int n_block = blockIdx.x;
+  // Single pass: the highest key block first, the order in which they add to dQ (dq_accum.cuh).
+  const int n_block = Traits::kAccumDq ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
   const int hk = blockIdx.y;
   const int b = blockIdx.z;
   const int tid = threadIdx.x;
@@ -210,6 +232,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (tid < 128) {
     setmaxnreg_dec<24>();
+    if constexpr (Traits::kAccumDq) {
+      if (tid / 32 == 1 && steps > 0) {
+        // The dQ writer: per step, once the math warpgroups stored the tile, wait for this key block's turn,
+        // add the tile to the workspace, free the buffer when it has been read, and pass the turn on when
+        // the addition is done.
+        const int lane = tid % 32;
+        const uint32_t tile_smem = k_addr + Traits::kDqTileOffset;
+        named_bar_arrive(AccumBarriers::kDqFree, AccumBarriers::kThreads);
+        for (int i = 0; i < steps; ++i) {
+          const int h = hk * p.head_group + i / m_blocks;
+          const int m_block = m_block_min + i % m_blocks;
+          int* const counter = dq_tile_counter(p, b, q_off, h, m_block * BM);
+          named_bar_sync(AccumBarriers::kDqReady, AccumBarriers::kThreads);
+          if (lane == 0) {
+            wait_counter_equals(counter, dq_add_rank<kBanded>(p, m_block, n_block, BM, BN));
+            fence_async_global();
+            bulk_reduce_add_f32(dq_accum_tile<D>(p, b, q_off, h, m_block * BM), tile_smem, BM * D * 4);
+            bulk_wait_read();
+          }
+          __syncwarp();
+          if (i + 1 < steps) named_bar_arrive(AccumBarriers::kDqFree, AccumBarriers::kThreads);
+          if (lane == 0) {
+            bulk_wait_done();
+            fence_async_global();
+            counter_release_increment(counter);
+          }
+          // The named barriers are .aligned: the whole warp must reach the next one together.
+          __syncwarp();
+        }
+      }
+    }
     if (tid != 0 || steps == 0) return;
     mbar_arrive_expect_tx(bar_kv, 2 * Traits::kTileKVBytes);
     tma_load_tile<ATOMS, BN>(k_addr, &maps.k, k_off + n0, hk, map_b, bar_kv);
@@ -234,8 +287,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int key_row0 = wg_row0 + warp * 16;  // this warp's
   // This warpgroup's accumulator columns: byte offset of its first atom in a BM-row tile.
   const uint32_t acc_tile_off = Split::acc_atom0(wg) * BM * 128;
-  static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
-  const WarpgroupTurns turns{wg};
+  static_assert(kMathThreads == 256, "two math warpgroups");
 
   float dk[ACC][32];
   float dv[ACC][32];
@@ -337,61 +389,98 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fence_operands(dk);
     if (steps > 0) ring.release(steps - 1, lane);
   } else {
-  if (steps > 0) {
-    next_stat = load_row_stat(0);
-    mbar_wait(bar_kv, 0);
-    turns.start();
-  }
-  for (int i = 0; i < steps; ++i) {
-    const int m0 = (m_block_min + i % m_blocks) * BM;
-    const bool last = i == steps - 1;
-    ring.wait_full(i);
-    const uint32_t qa = q_addr(i), doa = q_addr(i) + Traits::kTileQBytes;
-
-    // S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x BM queries), two commit groups.
+    // Single pass. Every wgmma is issued by both warpgroups at the same points (see the split loop). A step
+    // waits for S^T and dP^T, then for the dV/dK update and this warpgroup's half of the dQ tile, which
+    // needs the other warpgroup's dS^T too (hence the barrier between them). Issuing the next step's S^T
+    // and dP^T before this step's hand-over to the writer warp made ptxas serialize every wgmma (spills at
+    // head dim 128; C7515 at 64 without a mask), so a step issues its own.
+    constexpr int kDqCols = D / 2;  // this warpgroup's columns of the dQ tile
+    float* const dq_smem = reinterpret_cast<float*>(smem_raw + (k_addr - smem_addr(smem_raw)) +
+                                                    Traits::kDqTileOffset) +
+                           wg * (BM * kDqCols);
+    // dS^T of step i: one 64-key atom per warpgroup, in one of two buffers, so that a warpgroup can store
+    // step i + 1's while the other still reads step i's (it waited for step i - 1's reads before storing i).
+    auto ds_addr = [&](int i) { return k_addr + Traits::kExchangeOffset + (i % 2) * Traits::kDsBufferBytes; };
+    // K as the B operand of dQ = dS K: keys are the reduction dim, this warpgroup's columns the output's.
+    const uint32_t k_cols_addr = k_addr + (wg * kDqCols / kAtomCols) * BN * 128 + (wg * kDqCols % kAtomCols) * 2;
+    // S^T = K Q^T and dP^T = V dO^T of step i (this warpgroup's 64 keys x BM queries), two commit groups.
     float st[QTILES * 4], dpt[QTILES * 4];
-    turns.take();
-    fence_operands(st);
-    fence_operands(dpt);
-    wgmma_fence();
-    wgmma_rows_x_rows<T, D, BN, BM>(st, k_addr, wg_row0, qa);
-    wgmma_commit();
-    wgmma_rows_x_rows<T, D, BN, BM>(dpt, v_addr, wg_row0, doa);
-    wgmma_commit();
-    turns.pass(false);
-    float* const stats = row_stats + (2 * wg + i % 2) * Traits::kRowStatsFloats;
-    stats[stat_j] = next_stat;
-    named_bar_sync(stats_barrier, 128);
-    if (!last) next_stat = load_row_stat(i + 1);  // in flight for the rest of the step
-    const float* lse = stats;
-    const float* delta = stats + BM;
+    auto issue_scores = [&](int i) {
+      ring.wait_full(i);
+      fence_operands(st);
+      fence_operands(dpt);
+      wgmma_fence();
+      wgmma_rows_x_rows<T, D, BN, BM>(st, k_addr, wg_row0, q_addr(i));
+      wgmma_commit();
+      wgmma_rows_x_rows<T, D, BN, BM>(dpt, v_addr, wg_row0, q_addr(i) + Traits::kTileQBytes);
+      wgmma_commit();
+    };
+    if (steps > 0) {
+      next_stat = load_row_stat(0);
+      mbar_wait(bar_kv, 0);
+      fence_operands(dv);  // the zeros are written before any wgmma is in flight
+      fence_operands(dk);
+    }
+    for (int i = 0; i < steps; ++i) {
+      const int m0 = (m_block_min + i % m_blocks) * BM;
+      const bool last = i == steps - 1;
+      const uint32_t qa = q_addr(i), doa = q_addr(i) + Traits::kTileQBytes;
+      issue_scores(i);
+      float* const stats = row_stats + (2 * wg + i % 2) * Traits::kRowStatsFloats;
+      stats[stat_j] = next_stat;
+      named_bar_sync(stats_barrier, 128);
+      const float* lse = stats;
+      const float* delta = stats + BM;
 
-    // P^T while dP^T runs. Element e of tile qt: key row g + (e/2)*8, query column qt*8 + 2t + e%2.
-    wgmma_wait<1>();
-    fence_operands(st);
-    const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
-    probs_t_in_place<kBanded>(st, p, lse, m0, n0 + key_row0 + g, full);
-    wgmma_wait<0>();
-    fence_operands(dpt);
-    grad_scores_t_in_place(dpt, st, delta);
+      // P^T while dP^T runs. Element e of tile qt: key row g + (e/2)*8, query column qt*8 + 2t + e%2.
+      wgmma_wait<1>();
+      fence_operands(st);
+      const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
+      probs_t_in_place<kBanded>(st, p, lse, m0, n0 + key_row0 + g, full);
+      wgmma_wait<0>();
+      fence_operands(dpt);
+      grad_scores_t_in_place(dpt, st, delta);
 
-    // dV += P^T dO, dK += dS^T Q (k dimension = the BM queries).
-    uint32_t pf[BM / 16][4], dsf[BM / 16][4];
-    acc_to_frags<T, BM>(st, pf);
-    acc_to_frags<T, BM>(dpt, dsf);
-    turns.take();
-    fence_operands(dv);
-    fence_operands(dk);
-    wgmma_fence();
-    wgmma_frags_x_rows<T, ACC, BM>(dv, pf, doa + acc_tile_off);
-    wgmma_frags_x_rows<T, ACC, BM>(dk, dsf, qa + acc_tile_off);
-    wgmma_commit();
-    turns.pass(last);
-    wgmma_wait<0>();
-    fence_operands(dv);
-    fence_operands(dk);
-    ring.release(i, lane);
-  }
+      // dV += P^T dO, dK += dS^T Q (k dimension = the BM queries); dS^T also to shared memory for dQ.
+      uint32_t pf[BM / 16][4], dsf[BM / 16][4];
+      acc_to_frags<T, BM>(st, pf);
+      acc_to_frags<T, BM>(dpt, dsf);
+      store_frags_sw128<BM>(dsf, ds_addr(i) + wg * (Traits::kDsBufferBytes / 2));
+      fence_async_shared();
+      // After the fence, which compiles to a memory barrier that would wait for the load; it has the rest
+      // of the step to arrive, until the hand-over's fence.
+      if (!last) next_stat = load_row_stat(i + 1);
+      fence_operands(dv);
+      fence_operands(dk);
+      wgmma_fence();
+      wgmma_frags_x_rows<T, ACC, BM>(dv, pf, doa);
+      wgmma_frags_x_rows<T, ACC, BM>(dk, dsf, qa);
+      wgmma_commit();
+
+      // This warpgroup's columns of dQ_tile = dS K over the block's BN keys: A is dS^T read transposed
+      // (queries are its rows), one atom of 64 keys per warpgroup; B is K read N-major.
+      named_bar_sync(AccumBarriers::kDsReady, 256);
+      float dq[kDqCols / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint32_t a = ds_addr(i) + (kk / 4) * (Traits::kDsBufferBytes / 2) + (kk % 4) * 16 * 128;
+        Wgmma<T>::template ss_m64nNk16<kDqCols, 1, 1>(dq, smem_desc_sw128(a),
+                                                      smem_desc_sw128(k_cols_addr + kk * 16 * 128), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(dv);
+      fence_operands(dk);
+      fence_operands(dq);
+      ring.release(i, lane);
+
+      // Hand the tile to the writer warp once it has read the last one.
+      named_bar_sync(AccumBarriers::kDqFree, AccumBarriers::kThreads);
+      stash_acc(dq, dq_smem);
+      fence_async_shared();
+      named_bar_arrive(AccumBarriers::kDqReady, AccumBarriers::kThreads);
+    }
   }
 
   // Store (zeros for keys no query sees, so dK/dV are always fully written).
@@ -412,17 +501,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #endif
 }
 
-// Backward dQ for Hopper: per block of 128 queries (two math warpgroups of 64; above head dim 128, 64
-// queries shared by both, each keeping half of dQ's columns as in the dK/dV kernel) of one q head, walk the
-// visible keys 64 at a time; K and V stream through a two-stage ring (TMA), Q and dO stay. Per step:
+// Backward dQ for Hopper above head dim 128 (up to it the dK/dV kernel adds dQ itself): per block of 64
+// queries of one q head, shared by both math warpgroups (each keeps half of dQ's columns, as in the dK/dV
+// kernel, and they split a step by role), walk the visible keys 64 at a time; K and V stream through a
+// two-stage ring (TMA), Q and dO stay. Per step:
 //   S = Q K^T, dP = dO V^T   wgmma m64n64k16 from shared memory
 //   P = exp2(S * scale log2 e - lse log2 e), masked;  dS = P (dP - delta)
-//   dQ += dS K               wgmma m64n64k16 per 64-column atom, dS from registers, K N-major
+//   dQ += dS K               wgmma m64n64k16 per 64-column atom, dS from shared memory, K N-major
 template <typename Element_, int kHeadDim_>
 struct BwdQSm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   using Split = BwdSm90Split<kHeadDim>;
+  static_assert(Split::kSplit, "below the split the dK/dV kernel computes dQ");
   static constexpr int kBlockM = Split::kRowsPerBlock;  // queries
   static constexpr int kBlockN = 64;                    // keys per step
   static constexpr int kMathWarpgroups = 2;
@@ -431,10 +522,10 @@ struct BwdQSm90Traits {
   static constexpr int kAtoms = kHeadDim / kAtomCols;
   static constexpr int kTileQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kTileKVBytes = kBlockN * kHeadDim * 2;
-  // Q, dO, then per stage K, V; when split, the exchange (dP in fp32, then the 16-bit dS atom); then the
-  // mbarriers (Q/dO full; per stage full and empty).
+  // Q, dO, then per stage K, V; the exchange (dP in fp32, then the 16-bit dS atom); then the mbarriers
+  // (Q/dO full; per stage full and empty).
   static constexpr int kExchangeOffset = 2 * kTileQBytes + 2 * kStages * kTileKVBytes;
-  static constexpr int kExchangeBytes = Split::kSplit ? kBlockM * kBlockN * (4 + 2) : 0;
+  static constexpr int kExchangeBytes = kBlockM * kBlockN * (4 + 2);
   static constexpr int kBarrierOffset = kExchangeOffset + kExchangeBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + kAtomBytes;
   static_assert(kExchangeOffset % kAtomBytes == 0, "the exchanged atom needs the swizzle alignment");
@@ -515,8 +606,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int wg_row0 = Split::row0(wg);  // this warpgroup's first query within the block
   const int row0 = wg_row0 + warp * 16;  // this warp's
   const uint32_t acc_tile_off = Split::acc_atom0(wg) * BN * 128;  // its dQ columns in a BN-row K tile
-  static_assert(kMathThreads == WarpgroupTurns::kThreads, "two math warpgroups take turns");
-  const WarpgroupTurns turns{wg};
+  static_assert(kMathThreads == 256, "two math warpgroups");
 
   // lse (times log2 e) and delta of this thread's two rows; +inf / 0 past the end, so P = 0 there.
   float lse2[2], delta[2];
@@ -534,7 +624,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[a][i] = 0.f;
 
-  if constexpr (Split::kSplit) {
+  {
     float* const dp_buf =
         reinterpret_cast<float*>(smem_raw + (q_addr - smem_addr(smem_raw)) + Traits::kExchangeOffset);
     const uint32_t ds_addr = q_addr + Traits::kExchangeOffset + BM * BN * 4;
@@ -580,49 +670,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     wgmma_wait<0>();  // see the dK/dV kernel
     fence_operands(dq);
     if (n_steps > 0) ring.release(n_steps - 1, lane);
-  } else {
-  if (n_steps > 0) {
-    mbar_wait(bar_q, 0);
-    turns.start();
-  }
-  for (int i = 0; i < n_steps; ++i) {
-    const int n0 = (n_block_max - 1 - i) * BN;
-    const bool last = i == n_steps - 1;
-    ring.wait_full(i);
-    const uint32_t ka = k_addr(i), va = k_addr(i) + Traits::kTileKVBytes;
-
-    float sc[NTILES * 4], dp[NTILES * 4];
-    turns.take();
-    fence_operands(sc);
-    fence_operands(dp);
-    wgmma_fence();
-    wgmma_rows_x_rows<T, D, BM, BN>(sc, q_addr, wg_row0, ka);
-    wgmma_commit();
-    wgmma_rows_x_rows<T, D, BM, BN>(dp, do_addr, wg_row0, va);
-    wgmma_commit();
-    turns.pass(false);
-
-    // P while dP runs. Element e of tile nt: query row g + (e/2)*8, key column nt*8 + 2t + e%2.
-    wgmma_wait<1>();
-    fence_operands(sc);
-    const bool full = block_fully_visible<kBanded>(p, m0, BM, n0, BN);
-    probs_in_place<kBanded>(sc, p, lse2, m0 + row0 + g, n0, full);
-    wgmma_wait<0>();
-    fence_operands(dp);
-    uint32_t dsf[BN / 16][4];
-    grad_scores_frags<T>(dsf, sc, dp, delta);
-
-    // dQ += dS K (k dimension = the BN keys; K read N-major).
-    turns.take();
-    fence_operands(dq);
-    wgmma_fence();
-    wgmma_frags_x_rows<T, ACC, BN>(dq, dsf, ka + acc_tile_off);
-    wgmma_commit();
-    turns.pass(last);
-    wgmma_wait<0>();
-    fence_operands(dq);
-    ring.release(i, lane);
-  }
   }
 
   const int col0 = Split::acc_atom0(wg) * kAtomCols;

@@ -1,5 +1,6 @@
 // Backward launch for Hopper: the general delta launch (bwd_launch.cuh, compiled in the general
-// instantiation files and only declared here), then the Hopper dK/dV and dQ kernels (bwd_kernel_sm90.cuh).
+// instantiation files and only declared here), then the Hopper dK/dV kernel (bwd_kernel_sm90.cuh) and either
+// the conversion of the dQ it accumulated (head dims up to 128) or the Hopper dQ kernel.
 // Included only by the generated instantiation files (csrc/instantiations/bwd_sm90_*.cu).
 #pragma once
 #include <cuda_runtime.h>
@@ -16,7 +17,6 @@ void launch_bwd_delta(const AttnParams& p, cudaStream_t stream);
 template <typename T, int kHeadDim, bool kBanded>
 void run_bwd_sm90(const AttnParams& p, cudaStream_t stream) {
   using KV = BwdSm90Traits<T, kHeadDim>;
-  using Q = BwdQSm90Traits<T, kHeadDim>;
   launch_bwd_delta<T, kHeadDim>(p, stream);
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch = varlen ? 1 : p.batch;
@@ -42,7 +42,13 @@ void run_bwd_sm90(const AttnParams& p, cudaStream_t stream) {
     kernel<<<grid, KV::kNThreads, KV::kSmemBytes, stream>>>(p, maps_for(KV::kBlockM, KV::kBlockN));
     FK_CUDA_CHECK(cudaGetLastError());
   }
-  {
+  if constexpr (KV::kAccumDq) {
+    // The workspace (zeroed by the host) now holds dQ / softmax_scale in float32.
+    const dim3 grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
+    dq_convert_kernel<T, kHeadDim><<<grid, 256, 0, stream>>>(p);
+    FK_CUDA_CHECK(cudaGetLastError());
+  } else {
+    using Q = BwdQSm90Traits<T, kHeadDim>;
     auto kernel = attn_bwd_dq_sm90_kernel<Q, kBanded>;
     FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Q::kSmemBytes));
     const dim3 grid((p.seqlen_q + Q::kBlockM - 1) / Q::kBlockM, p.heads_q, p.batch);

@@ -127,8 +127,12 @@ void check_device_arch(const Tensor& q) {
 // compiled Hopper head dim >= the call's; its bwd is nullptr where there is none).
 // FLASH_KERNELS_CUDA_SM90=0 turns them off (A/B timing, or to rule them out when hunting a bug); the
 // variable is read on every call, so a process can compare both.
-LaunchFn pick_launcher(const Tensor& q, const KernelEntry& general, bool backward) {
-  const LaunchFn fallback = backward ? general.bwd : general.fwd;
+struct Launcher {
+  LaunchFn fn;
+  int sm90_head_dim;  // the Hopper kernel's compiled head dim; 0 for the general kernels
+};
+Launcher pick_launcher(const Tensor& q, const KernelEntry& general, bool backward) {
+  const Launcher fallback{backward ? general.bwd : general.fwd, 0};
 #ifdef FLASH_KERNELS_SM90A
   const char* off = std::getenv("FLASH_KERNELS_CUDA_SM90");
   if (off != nullptr && std::string(off) == "0") return fallback;
@@ -142,7 +146,7 @@ LaunchFn pick_launcher(const Tensor& q, const KernelEntry& general, bool backwar
   }
   if (best) {
     const LaunchFn fn = backward ? best->bwd : best->fwd;
-    if (fn != nullptr) return fn;
+    if (fn != nullptr) return {fn, best->head_dim};
   }
 #else
   (void)q;
@@ -466,7 +470,7 @@ std::tuple<Tensor, Tensor> fwd_impl(const Tensor& q, const Tensor& k, const Tens
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
   if (varlen) clear_batch_strides(p);
   // The Hopper forward reads K/V through tensor maps of one contiguous tensor: paged KV runs the general kernel.
-  const LaunchFn launch = block_table ? kernel.fwd : pick_launcher(q, kernel, false);
+  const LaunchFn launch = block_table ? kernel.fwd : pick_launcher(q, kernel, false).fn;
   launch(p, tapi::current_stream(device_index(q)));
   return {out, lse};
 }
@@ -519,7 +523,18 @@ std::tuple<Tensor, Tensor, Tensor> bwd_impl(const Tensor& dout, const Tensor& q,
   p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1), p.dv_head_stride = dv.stride(2);
   p.delta = out_ptr<float>(delta);
   if (varlen) clear_batch_strides(p);
-  pick_launcher(q, kernel, true)(p, tapi::current_stream(device_index(q)));
+  const Launcher launch = pick_launcher(q, kernel, true);
+  // The single-pass Hopper backward's float32 dQ tiles and their counters, zeroed (dq_accum.cuh).
+  std::optional<Tensor> workspace;
+  if (launch.sm90_head_dim != 0 && sm90_bwd_accumulates_dq(launch.sm90_head_dim)) {
+    p.dq_accum_rows = (varlen ? int64_t{p.total_q} : int64_t{p.batch} * p.seqlen_q) + int64_t{kDqTileRows} * p.batch;
+    p.dq_semaphores_per_head = p.dq_accum_rows / kDqTileRows + 1;
+    const int64_t accum_floats = p.heads_q * p.dq_accum_rows * launch.sm90_head_dim;
+    workspace = tapi::zeros({accum_floats + p.heads_q * p.dq_semaphores_per_head}, kFloat, q);
+    p.dq_accum = out_ptr<float>(*workspace);
+    p.dq_semaphore = reinterpret_cast<int*>(p.dq_accum + accum_floats);
+  }
+  launch.fn(p, tapi::current_stream(device_index(q)));
   return {dq, dk, dv};
 }
 
@@ -533,7 +548,8 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout, const Tensor& q, cons
                                                    const Tensor& v, const Tensor& out, const Tensor& lse,
                                                    double softmax_scale, bool causal, int64_t window_left,
                                                    int64_t window_right, double softcap, bool deterministic) {
-  // The backward never uses atomics, so it is deterministic whatever `deterministic` asks.
+  // The backward is deterministic whatever `deterministic` asks: the general kernels and the Hopper ones above
+  // head dim 128 use no atomics, and the single-pass Hopper kernel adds its dQ tiles in a fixed order.
   (void)deterministic;
   return bwd_impl(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, nullptr);
 }
@@ -568,7 +584,7 @@ std::tuple<Tensor, Tensor, Tensor> varlen_bwd(
     const Tensor& lse, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic) {
-  (void)deterministic;  // no atomics: always deterministic
+  (void)deterministic;  // always deterministic (see bwd)
   const Varlen vl{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k};
   auto [dq, dk, dv] =
       bwd_impl(as_batch_of_one(dout, "dout"), as_batch_of_one(q, "q"), as_batch_of_one(k, "k"),

@@ -116,46 +116,56 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 template <typename T>
 struct Wgmma;
 
-// ss_m64nNk16: d (64 x N, fp32) (+)= A (64 x 16, K-major, shared) * B (16 x N, K-major, shared);
-//   accumulate = 0 overwrites d. N: the forward's key block (80, 112, 128) or the backward's query block (64).
+// ss_m64nNk16: d (64 x N, fp32) (+)= A (64 x 16, shared) * B (16 x N, shared); accumulate = 0 overwrites d.
+//   A and B are K-major unless kTransA / kTransB: then M-major / N-major (the output dim contiguous), e.g. V
+//   as B, or a transposed score tile another warpgroup stored (store_frags_sw128) as A.
+//   N: the forward's key block (80, 112, 128), the backward's query block (64), or half a dQ tile (32, 64).
 // rs_m64n64k16_nmajor_b: d (64 x 64) += A (64 x 16, registers) * B (16 x 64, N-major, shared).
-// ss_m64n64k16_nmajor_b: the same with A read from shared memory (K-major).
 // The wrappers for both 16-bit types differ only in the type name in the instruction.
 #define FK_WGMMA_WRAPPERS(CTYPE, PTX) \
 template <> \
 struct Wgmma<CTYPE> { \
-  template <int N> \
+  template <int N, int kTransA = 0, int kTransB = 0> \
   static __device__ __forceinline__ void ss_m64nNk16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
                                                      int accumulate) { \
-    if constexpr (N == 64) { \
+    if constexpr (N == 32) { \
+      asm volatile( \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
+          "wgmma.mma_async.sync.aligned.m64n32k16.f32." PTX "." PTX " " \
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, " \
+          "%16, %17, p, 1, 1, %19, %20;\n}\n" \
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+          : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)); \
+    } else if constexpr (N == 64) { \
       asm volatile( \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
           "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " \
           "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-          "%32, %33, p, 1, 1, 0, 0;\n}\n" \
+          "%32, %33, p, 1, 1, %35, %36;\n}\n" \
           : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-          : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+          : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)); \
     } else if constexpr (N == 80) { \
       asm volatile( \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n" \
           "wgmma.mma_async.sync.aligned.m64n80k16.f32." PTX "." PTX " " \
           "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, " \
-          "%40, %41, p, 1, 1, 0, 0;\n}\n" \
+          "%40, %41, p, 1, 1, %43, %44;\n}\n" \
           : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
-          : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+          : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)); \
     } else if constexpr (N == 112) { \
       asm volatile( \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n" \
           "wgmma.mma_async.sync.aligned.m64n112k16.f32." PTX "." PTX " " \
           "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, " \
-          "%56, %57, p, 1, 1, 0, 0;\n}\n" \
+          "%56, %57, p, 1, 1, %59, %60;\n}\n" \
           : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -163,13 +173,13 @@ struct Wgmma<CTYPE> { \
           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]) \
-          : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+          : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)); \
     } else if constexpr (N == 128) { \
       asm volatile( \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
           "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " \
           "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-          "%64, %65, p, 1, 1, 0, 0;\n}\n" \
+          "%64, %65, p, 1, 1, %67, %68;\n}\n" \
           : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -178,7 +188,7 @@ struct Wgmma<CTYPE> { \
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-          : "l"(desc_a), "l"(desc_b), "r"(accumulate)); \
+          : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)); \
     } else { \
       static_assert(N == 0, "no wrapper for this N: add it to the list the wrappers were generated from"); \
     } \
@@ -195,18 +205,6 @@ struct Wgmma<CTYPE> { \
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)); \
-  } \
-  static __device__ __forceinline__ void ss_m64n64k16_nmajor_b(float (&d)[32], uint64_t desc_a, uint64_t desc_b) { \
-    asm volatile( \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-        "%32, %33, p, 1, 1, 0, 1;\n}\n" \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-        : "l"(desc_a), "l"(desc_b), "r"(1)); \
   } \
 };
 
@@ -335,8 +333,8 @@ __device__ __forceinline__ void wgmma_tile_x_rows(float (&acc)[kAtoms][32], uint
   for (int kk = 0; kk < K / 16; ++kk)
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) {
-      Wgmma<T>::ss_m64n64k16_nmajor_b(acc[a], smem_desc_sw128(a_addr + kk * 32),
-                                      smem_desc_sw128(b_addr + a * K * 128 + kk * 16 * 128));
+      Wgmma<T>::template ss_m64nNk16<64, 0, 1>(acc[a], smem_desc_sw128(a_addr + kk * 32),
+                                               smem_desc_sw128(b_addr + a * K * 128 + kk * 16 * 128), 1);
     }
 }
 
@@ -365,18 +363,23 @@ __device__ __forceinline__ void store_frags_sw128(const uint32_t (&f)[K / 16][4]
     }
 }
 
-// A 64 x 64 fp32 accumulator handed from one warpgroup to the other: thread j of the warpgroup writes its
-// 32 values to slots j, j + 128, ... (float4 each) and thread j of the other reads them back into the
-// same accumulator layout, so no layout conversion and no bank conflicts.
-__device__ __forceinline__ void stash_acc(const float (&acc)[32], float* buf) {
+// A 64 x N fp32 accumulator (N / 2 values a thread) through shared memory: thread j of the warpgroup writes
+// its values to float4 slots j, j + 128, ... and thread j of a reader gets them back in the same
+// accumulator layout, so no layout conversion and no bank conflicts. Used to hand dP^T from one math
+// warpgroup to the other, and for the dQ tiles the backward adds to global memory (dq_accum.cuh).
+template <int kValues>
+__device__ __forceinline__ void stash_acc(const float (&acc)[kValues], float* buf) {
   float4* const b = reinterpret_cast<float4*>(buf) + threadIdx.x % 128;
 #pragma unroll
-  for (int q = 0; q < 8; ++q) b[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+  for (int q = 0; q < kValues / 4; ++q) {
+    b[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+  }
 }
-__device__ __forceinline__ void unstash_acc(float (&acc)[32], const float* buf) {
+template <int kValues>
+__device__ __forceinline__ void unstash_acc(float (&acc)[kValues], const float* buf) {
   const float4* const b = reinterpret_cast<const float4*>(buf) + threadIdx.x % 128;
 #pragma unroll
-  for (int q = 0; q < 8; ++q) {
+  for (int q = 0; q < kValues / 4; ++q) {
     const float4 v = b[q * 128];
     acc[4 * q] = v.x;
     acc[4 * q + 1] = v.y;

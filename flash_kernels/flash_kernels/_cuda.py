@@ -13,7 +13,8 @@ copy rows in 16-byte chunks and need 16-byte aligned row strides), causal (botto
 sliding window, MQA/GQA, dense (b, s, h, d) tensors with a contiguous, 16-byte aligned last dim, and
 varlen (packed (total, h, d) tensors with int32 cu_seqlens; lse (h, total_q)), and paged K/V in the
 varlen forward (``block_table``; general kernel, also on Hopper).
-The backward is deterministic always (no atomics).
+The backward is deterministic always: bitwise the same result on every run (no atomics, or, in the
+single-pass Hopper backward, dQ additions in a fixed order).
 
 KV cache (``kvcache_fwd``, flash_attn_with_kvcache's attention once rotary and the k/v append are done):
 dense or paged caches, split-KV with the split count planned on the host from batch, kv heads, cache
@@ -239,7 +240,7 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
 
 
 def bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    """(dq, dk, dv) like q, k, v. Always deterministic (no atomics), whatever ``deterministic`` says."""
+    """(dq, dk, dv) like q, k, v. Always deterministic, whatever ``deterministic`` says."""
     return torch.ops.flash_kernels_cuda.bwd(_kernel_ready(dout), q, k, v, _kernel_ready(out),
                                             lse.contiguous(), float(softmax_scale), bool(causal),
                                             int(window_left), int(window_right), float(softcap),
@@ -278,7 +279,7 @@ def kvcache_fwd(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx
 
 def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_left, window_right, softcap, deterministic):
-    """(dq, dk, dv) like q, k, v for packed sequences. Always deterministic (no atomics)."""
+    """(dq, dk, dv) like q, k, v for packed sequences. Always deterministic."""
     return torch.ops.flash_kernels_cuda.varlen_bwd(
         _kernel_ready(dout), q, k, v, _kernel_ready(out), lse.contiguous(), cu_seqlens_q.contiguous(),
         cu_seqlens_k.contiguous(), int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale), bool(causal),

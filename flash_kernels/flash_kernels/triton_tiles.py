@@ -62,39 +62,97 @@ def _dot_precision(dtype, target: Target) -> str:
 
 
 # ------------------------------------------------------------------------ shared memory
-def _pipeline_buffers(num_stages: int, target: Target) -> int:
+def _async_mma(target: Target, fp32: bool, mma_rows: int) -> bool:
+    """Whether Triton runs the kernel's dots on Hopper's wgmma / Blackwell's tcgen05.
+
+    Only 16-bit dots whose MMA has a warpgroup's 64 rows do; fp32 (ieee) dots run on FMAs, and
+    narrower tiles and sm_120 (no wgmma) take Ampere's mma.sync path.
+    """
+    return target.backend == "cuda" and target.cuda_major in (9, 10) and not fp32 and mma_rows >= 64
+
+
+def _pipeline_buffers(num_stages: int, async_mma: bool) -> int:
     """Copies of each pipelined in-loop load that live in shared memory at once.
 
-    Hopper's pipeliner keeps num_stages copies; Ampere's cp.async pipeline one fewer (the
-    stage being consumed sits in registers); AMD's stream pipeliner likewise one fewer.
+    The wgmma / tcgen05 pipeline keeps num_stages copies; Ampere's cp.async pipeline one fewer
+    (the stage being consumed sits in registers); AMD's stream pipeliner likewise one fewer.
     """
-    if target.backend == "cuda" and target.cuda_major >= 9:
-        return max(1, num_stages)
-    return max(1, num_stages - 1)
+    return max(1, num_stages) if async_mma else max(1, num_stages - 1)
 
 
 def shared_estimate(kernel: str, cfg: TileConfig, head_dim_pad: int, dtype, target: Target) -> int:
     """Bytes of shared memory (LDS) a ``kernel`` ("fwd", "dkdv", "dq") launch is expected to use.
 
-    A model of what Triton stages through shared memory, checked against the sizes the compiler
-    reports (flash_kernels.aot records both): the tl.dot operands loaded in the loop, times the
-    pipeline buffers, plus the loop-invariant operands (q in the forward; k, v in dK/dV; q, dO in
-    dQ). With one stage, AMD's backend holds one operand tile at a time (buffers are reused).
+    An upper bound for every head dim of the class. With elt the input dtype's size, the tiles
+    are m = BLOCK_M x head_dim_pad x elt, n = BLOCK_N x head_dim_pad x elt and s = BLOCK_M x
+    BLOCK_N x elt (P or dS, cast to the input dtype for its tl.dot); rows are the MMA's rows
+    (BLOCK_N in dK/dV, BLOCK_M otherwise) and copies = _pipeline_buffers(num_stages).
+
+    - resident, loaded before the loop: q (fwd: m); k, v (dkdv: 2n); q, dO (dq: 2m);
+    - streamed, loaded in the loop: k, v (fwd, dq: 2n; a one-stage forward holds one at a
+      time: n); q, dO and the fp32 lse and delta rows (dkdv: 2m + 8 x BLOCK_M).
+
+    CUDA: resident + copies x streamed + scratch, where scratch is
+      - with wgmma / tcgen05 (_async_mma): nothing, except sm_100's backward: 1 KB, and when
+        pipelined one more operand tile (dq: n; dkdv: 2m);
+      - otherwise P / dS re-laid out through shared memory: s for fp32, and for 16-bit inputs
+        when rows < head_dim_pad; for 16-bit dK/dV at least m;
+      - in the forward also 4 x BLOCK_M + 4 x BLOCK_N x (copies + 1), at least 1 KB on sm_100.
+    AMD: max(m, n, s) with one stage; with more, copies x streamed + max(resident, s).
+
+    Checked against the shared memory the compiler allocated, which flash_kernels.aot records
+    beside this estimate, for every fwd, dkdv and dq specialisation of the recorded AOT compiles
+    (sm_80 with triton 3.6.0; gfx90a and gfx942 with triton 3.3.1): never below it, and never
+    pruning a config that compiled within the limit (tests/test_shared_estimate.py). The sm_90,
+    sm_100 and sm_120 terms rest on compiles with triton 3.6.0 outside that record.
     """
     elt = _DTYPE_BYTES[dtype_name(dtype)]
+    fp32 = elt == 4
     m_tile = cfg.block_m * head_dim_pad * elt
     n_tile = cfg.block_n * head_dim_pad * elt
+    s_tile = cfg.block_m * cfg.block_n * elt
     if kernel == "fwd":
-        fixed, per_stage = m_tile, 2 * n_tile
+        resident, streamed, mma_rows = m_tile, 2 * n_tile, cfg.block_m
     elif kernel == "dkdv":
-        fixed, per_stage = 2 * n_tile, 2 * m_tile + 2 * 4 * cfg.block_m  # + lse, delta rows (fp32)
+        resident, streamed, mma_rows = 2 * n_tile, 2 * m_tile + 2 * 4 * cfg.block_m, cfg.block_n
     elif kernel == "dq":
-        fixed, per_stage = 2 * m_tile, 2 * n_tile
+        resident, streamed, mma_rows = 2 * m_tile, 2 * n_tile, cfg.block_m
     else:
         raise ValueError(f"no shared-memory model for kernel {kernel!r}")
-    if target.is_hip and cfg.num_stages <= 1:
-        return max(m_tile, n_tile)
-    return fixed + _pipeline_buffers(cfg.num_stages, target) * per_stage
+    if target.is_hip:
+        # AMD moves the loop-invariant operands to registers before the loop, so their LDS is
+        # free again for P's conversion; with one stage no operand stays in LDS at all.
+        if cfg.num_stages <= 1:
+            return max(m_tile, n_tile, s_tile)
+        return _pipeline_buffers(cfg.num_stages, False) * streamed + max(resident, s_tile)
+    async_mma = _async_mma(target, fp32, mma_rows)
+    copies = _pipeline_buffers(cfg.num_stages, async_mma)
+    if kernel == "fwd" and cfg.num_stages <= 1:
+        streamed = n_tile  # unpipelined, k's buffer is dead before v's is written
+    if async_mma:
+        # wgmma takes P / dS from registers and transposed operands straight from shared memory.
+        # tcgen05's backward was seen to keep more (1 KB, and pipelined one more operand tile).
+        scratch = 0
+        if target.cuda_major == 10 and kernel != "fwd":
+            scratch = 1024
+            if cfg.num_stages > 1:
+                scratch += n_tile if kernel == "dq" else 2 * m_tile
+    else:
+        # FMA dots take P from shared memory. For mma.sync Triton lays all warps along the rows
+        # only when the second dot, [rows, head_dim_pad], has at least as many rows as columns;
+        # otherwise P / dS moves between layouts through shared memory.
+        scratch = s_tile if fp32 or mma_rows < head_dim_pad else 0
+        if kernel == "dkdv" and not fp32:
+            # q and dO feed one dot as they are and one transposed. Unpipelined (one stage; head
+            # dims that are not multiples of 16, whose strides carry no hint) the transposed copy
+            # goes through a scratch of up to a q tile, never live with P's.
+            scratch = max(scratch, m_tile)
+    if kernel == "fwd":
+        # Row statistics, and with a paged cache each copy's K/V row offsets (seen: up to 1 KB);
+        # tcgen05's forward was seen to keep up to 1 KB beside the tiles.
+        vectors = 4 * cfg.block_m + 4 * cfg.block_n * (copies + 1)
+        scratch += max(vectors, 1024) if async_mma and target.cuda_major == 10 else vectors
+    return resident + copies * streamed + scratch
 
 
 def _shared_reason(kernels: tuple, cfg: TileConfig, head_dim_pad: int, dtype,
