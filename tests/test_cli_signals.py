@@ -141,3 +141,45 @@ def test_sigterm_is_the_commands_only_while_it_runs_and_a_callers_own_handler_is
         assert seen[-1] is callers and signal.getsignal(signal.SIGTERM) is callers
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+BUILDER = """\
+#!{python}
+import os, signal, sys, time
+def stopped(signum, frame):
+    open({marker!r}, "w").close()
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stopped)
+with open({pid_file!r}, "w") as f:
+    f.write(str(os.getpid()))
+print("STEP 1/13: FROM base", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_build_unwound_by_sigterm_passes_it_on_to_buildah(tmp_path):
+    """The CLI turns SIGTERM into Terminated in the main thread, i.e. while `flashkit build` reads buildah's
+    output; buildah is no child of the signal's sender, so flashkit must stop it. The builder is a stand-in
+    that records the SIGTERM it gets."""
+    from flashkit.core.errors import Terminated
+    from flashkit.images import buildah
+
+    marker, pid_file = tmp_path / "got-sigterm", tmp_path / "pid"
+    tool = tmp_path / "buildah"
+    tool.write_text(BUILDER.format(python=sys.executable, marker=str(marker), pid_file=str(pid_file)))
+    tool.chmod(0o755)
+    bh = buildah.Buildah(str(tool), "1.28", "overlay", str(tmp_path / "graph"))
+
+    def signal_arrives(line: str) -> None:
+        raise Terminated
+
+    try:
+        with pytest.raises(Terminated):
+            buildah.stream(bh, ["build"], tmp_path / "build.log", signal_arrives)
+        pid = int(pid_file.read_text())
+        assert marker.exists(), "buildah never got the SIGTERM"
+        assert _gone(pid), f"buildah {pid} outlived the build"
+        assert "STEP 1/13" in (tmp_path / "build.log").read_text()
+    finally:
+        if pid_file.exists() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
