@@ -4,7 +4,9 @@
 # cu130-torch211 --policy build,abi,cpu --out /tmp/whp`, then `.ci/pack-gpu-host cu130-torch211
 # /tmp/whp/cu130-torch211 .devcarry 3.12`). Usage: verify.sh <full input hash>. Then, with that same wheel:
 # compute-sanitizer racecheck five times over the single-pass cases (racecheck_cases.py), and the fp16
-# forward+backward rows of head dims 64/128.
+# forward+backward rows of head dims 64/128. Last, what the fixed order costs: a copy of flash_kernels/ with
+# the writer's wait for its turn removed (additions in any order: not deterministic), built there (sm_90a),
+# timed against the image's wheel, bf16, flash_kernels only, alternating.
 set -u
 export PYTHONUNBUFFERED=1
 G=/tmp/gh; mkdir -p $G
@@ -22,3 +24,21 @@ done
 PYTHONPATH=/tmp/fk_site timeout 100 python3 benchmarks/bench_attention.py --head-dims 64,128 --seqlens 4096,16384 \
   --modes fwd_bwd --backends cuda --dtype fp16 --rep-ms 30 --out-dir "$OUT/fp16" > "$OUT/bench_fp16.log" 2>&1
 echo "fp16 rc=$? $(( $(date +%s) - start )) s"; grep "fk_cuda\|sdpa_cudnn" "$OUT/bench_fp16.log" | awk '{print $2,$3,$4,$5,$8}' | paste - -
+
+# The cost of the order (a diagnostic build, never shipped).
+if [ $(( $(date +%s) - start )) -lt 440 ]; then
+  rm -rf /tmp/unordered && mkdir -p /tmp/unordered && cp -r flash_kernels /tmp/unordered/
+  sed -i '/wait_counter_equals(counter, dq_add_rank/d' /tmp/unordered/flash_kernels/csrc/bwd_kernel_sm90.cuh
+  grep -c wait_counter_equals /tmp/unordered/flash_kernels/csrc/bwd_kernel_sm90.cuh
+  MAX_JOBS=16 FLASH_KERNELS_CUDA_ARCHS=9.0a FLASH_KERNELS_BUILD_CUDA=1 python3 -m pip wheel --no-build-isolation \
+    --no-deps /tmp/unordered/flash_kernels -w /tmp/wu > /tmp/wu.log 2>&1; echo "unordered build rc=$?"
+  python3 -m pip install -q --no-deps --no-index --target /tmp/fk_unordered /tmp/wu/flash_kernels-*.whl
+  for run in 1 2; do
+    for site in /tmp/fk_site /tmp/fk_unordered; do
+      PYTHONPATH=$site timeout 40 python3 benchmarks/bench_attention.py --head-dims 64,128 --seqlens 4096,16384 \
+        --modes fwd_bwd --backends cuda --no-sdpa --rep-ms 30 --out-dir /tmp/ub > /tmp/ub.log 2>&1
+      echo "$(basename $site) run $run: $(grep fk_cuda /tmp/ub.log | awk '{print $2 "/" $3 "/" $4 "=" $8}' | tr '\n' ' ')"
+    done
+  done | tee "$OUT/order_cost.log"
+fi
+echo "total $(( $(date +%s) - start )) s"
