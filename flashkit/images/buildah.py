@@ -32,6 +32,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from flashkit.core import procs
 from flashkit.core.errors import BuildError, ToolError
 
 log = logging.getLogger(__name__)
@@ -136,23 +137,11 @@ def stream(bh: Buildah, args: list[str], log_path: Path, on_line: Callable[[str]
             # Ctrl-C reaches buildah through the terminal's process group, but a SIGTERM sent to flashkit
             # alone (kill, timeout, a CI job cancelled) does not: pass it on, or the build keeps compiling
             # after flashkit has exited.
-            stop(proc)
+            procs.stop(proc, STOP_GRACE_S)
             raise
 
 
 STOP_GRACE_S = 30.0  # buildah removes its working containers on SIGTERM; a compile step may take a moment
-
-
-def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM ``proc``, then SIGKILL if it is still there after ``grace_s``; reaps it either way."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        proc.wait()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -20,6 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from flashkit.core import procs
 from flashkit.core.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -137,12 +137,7 @@ class LocalRegistry:
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            procs.stop(self._proc, grace_s=10)
         self._proc = None
         if self._cfg is not None:
             self._cfg.unlink(missing_ok=True)
