@@ -79,3 +79,50 @@ def test_no_site_input_shows_in_the_rendered_dockerfile(kit_repo):
     text = dockerfile(kit_repo, "cu130-torch211")
     assert "ARG PIP_INDEX_URL" not in text and "ARG DEBIAN_MIRROR" not in text
     assert "--mount=type=secret,id=pip-index" in text and "--mount=type=secret,id=netrc" in text
+
+
+# What buildah printed when the CI host's disk filled up while it committed the runtime stage's pip layer.
+_ENOSPC_LINE = (
+    "Error: committing container for step {Env:[SOURCE_DATE_EPOCH=1795996800] Command:run Args:[pip install "
+    '-r /run/flashkit/lock/c016.txt]}: copying layers and metadata for container "a4fdfe8a2fc1": writing blob: '
+    'storing blob to file "/var/tmp/storage4047856476/1": write /var/tmp/storage4047856476/1: no space left on device'
+)
+
+
+def _stand_in_buildah(tmp_path, stderr: str, rc: int):
+    from flashkit.images import buildah
+
+    tool = tmp_path / "buildah"
+    tool.write_text(f"#!/bin/sh\ncat >&2 <<'EOF'\n{stderr}\nEOF\nexit {rc}\n")
+    tool.chmod(0o755)
+    return buildah.Buildah(str(tool), "1.28", "overlay", str(tmp_path / "graph"), str(tmp_path / "root"))
+
+
+def test_a_full_disk_is_named_with_where_and_how_much_is_free_and_how_to_free_more(tmp_path):
+    from flashkit.core.errors import BuildError
+
+    bh = _stand_in_buildah(tmp_path, "STEP 3/9: RUN pip install ...\n" + _ENOSPC_LINE, 125)
+    with pytest.raises(BuildError) as exc:
+        bh.run("build", "--target", "runtime")
+    text = str(exc.value)
+    first = text.splitlines()[0]
+    assert first.startswith("`buildah build --target runtime` failed: no space left on device (")
+    assert (
+        f"buildah's storage {tmp_path / 'graph'}: " in first
+        and f"its temporary files {tmp_path / 'root'}/tmp: " in first
+    )
+    assert first.count(" GB free now") == 2, first  # both places exist only as parents: their disk is measured
+    assert "flashkit gc --runtime-copies" in text and "buildah rmi --prune" in text
+    assert "STEP 3/9" not in text  # the line that says what happened, not the screen of the step before it
+    assert exc.value.exit_code == 12
+
+
+def test_other_build_failures_keep_buildah_s_own_words(tmp_path):
+    from flashkit.core.errors import BuildError
+    from flashkit.images import buildah
+
+    bh = _stand_in_buildah(tmp_path, "Error: unknown flag: --frobnicate", 125)
+    with pytest.raises(BuildError) as exc:
+        bh.run("build", "--frobnicate")
+    assert "no space" not in str(exc.value) and "unknown flag: --frobnicate" in str(exc.value)
+    assert buildah.no_space_error(bh, "x", "write /tmp/f: no such file or directory") is None

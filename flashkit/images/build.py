@@ -373,10 +373,9 @@ def _build_stages(
             cmd = [*args, *secrets, "--target", stage, "-t", refs[stage], "--iidfile", str(iid)]
             rc = buildah.stream(bh, [*cmd, "-f", str(ctx / "Dockerfile"), str(ctx)], log_path, opts.on_line)
             if rc != 0:
-                raise BuildError(
-                    f"building the {stage} stage of {env_id} failed (exit {rc})",
-                    detail=_tail(log_path),
-                    hint=f"full log: {log_path}",
+                what, tail = f"building the {stage} stage of {env_id}", _tail(log_path)
+                raise buildah.no_space_error(bh, what, tail, log_path) or BuildError(
+                    f"{what} failed (exit {rc})", detail=tail, hint=f"full log: {log_path}"
                 )
             ids[stage] = iid.read_text().strip()
     return ids

@@ -71,10 +71,49 @@ class Buildah:
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
         res = subprocess.run(self.argv(*args), capture_output=True, text=True, env=self.env(), timeout=timeout)
         if check and res.returncode != 0:
-            raise BuildError(
-                f"`buildah {' '.join(args[:3])}` failed (exit {res.returncode})", detail=res.stderr[-2000:]
+            what = f"`buildah {' '.join(args[:3])}`"
+            raise no_space_error(self, what, res.stderr) or BuildError(
+                f"{what} failed (exit {res.returncode})", detail=res.stderr[-2000:]
             )
         return res
+
+    def tmpdir(self) -> str:
+        """Where buildah writes a layer's blob while it commits it (as large as the layer)."""
+        return self.env().get("TMPDIR") or "/var/tmp"
+
+
+_NO_SPACE = "no space left on device"
+
+
+def no_space_error(bh: Buildah, what: str, output: str, log_path: Path | None = None) -> BuildError | None:
+    """The error for ``what`` when its ``output`` says the disk filled up, or None when it does not.
+
+    Such a failure comes out of buildah as a screen of the step's command line; what a person needs instead
+    is where space ran short, how much is free there now, and how to free more.
+    """
+    hits = [line.strip() for line in output.splitlines() if _NO_SPACE in line.lower()]
+    if not hits:
+        return None
+    places = {bh.graph_root: "buildah's storage", bh.tmpdir(): "its temporary files"}
+    free = "; ".join(f"{name} {path}: {_free_gb(path)} free now" for path, name in places.items())
+    return BuildError(
+        f"{what} failed: no space left on device ({free})",
+        detail=hits[-1][-400:],
+        hint="free space, then run the command again: `flashkit gc` removes the engine's images of old input "
+        "hashes, `flashkit gc --runtime-copies` buildah's copies of runtime images the engine holds, "
+        '`buildah rmi --prune` unused layers; an env needs 15-25 GB while it builds (README, "Disk")'
+        + (f"; full log: {log_path}" if log_path else ""),
+    )
+
+
+def _free_gb(path: str) -> str:
+    p = Path(path)
+    while not p.exists() and p != p.parent:  # TMPDIR may not exist yet
+        p = p.parent
+    try:
+        return f"{shutil.disk_usage(p).free / 1e9:.1f} GB"
+    except OSError:
+        return "unknown"
 
 
 def find_buildah(root: str | None = None) -> Buildah:
@@ -182,7 +221,8 @@ def push_to_engine(bh: Buildah, image_id: str, ref: str, engine) -> None:
     """Copy ``image_id`` into the docker engine as ``ref``; its engine id must be the same digest."""
     res = bh.run("push", image_id, f"docker-daemon:{ref}", check=False, timeout=1800)
     if res.returncode != 0:
-        raise BuildError(f"copying {image_id} into the engine as {ref} failed", detail=res.stderr[-1500:])
+        what = f"copying {image_id} into the engine as {ref}"
+        raise no_space_error(bh, what, res.stderr) or BuildError(f"{what} failed", detail=res.stderr[-1500:])
     sdk = engine.sdk()
     try:
         got = sdk.images.get(ref).id
