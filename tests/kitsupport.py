@@ -192,3 +192,13 @@ def triton_site(tmp_path: Path, version: str) -> Path:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: triton\nVersion: {version}\n")
     (info / "RECORD").write_text(f"triton-{version}.dist-info/METADATA,,\n")
     return site
+
+
+def not_built(why: str) -> None:
+    """An integration test's images or bases are not here: skip, saying why and what makes them, or fail
+    where FLASHKIT_REQUIRE_BUILT is set (``.ci/run`` sets it: it built them, so their absence is a fault)."""
+    import pytest
+
+    if os.environ.get("FLASHKIT_REQUIRE_BUILT"):
+        pytest.fail(f"{why} (FLASHKIT_REQUIRE_BUILT is set: this run should have made it)", pytrace=False)
+    pytest.skip(why)

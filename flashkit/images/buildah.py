@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -232,12 +232,76 @@ def push_to_engine(bh: Buildah, image_id: str, ref: str, engine) -> None:
         raise BuildError(f"the engine stored {ref} as {got}, buildah built {image_id}")
 
 
+class WorkingContainer:
+    """A buildah working container of an image in this storage, removed when the ``with`` block ends: run
+    commands in it and copy files in and out, like :class:`flashkit.images.container.Container`, but with no
+    copy of the image in the engine. A builder image is 5-11 GB, and copying one into the engine writes it
+    twice more for a while (a temporary archive, then the engine's layers); this reads it where it is."""
+
+    def __init__(self, bh: Buildah, ref: str, *, mounts: Sequence = (), network: bool = False):
+        self.bh, self.ref, self.mounts, self.network = bh, ref, tuple(mounts), network
+        self.cid: str | None = None
+        self._root: Path | None = None
+
+    def __enter__(self) -> WorkingContainer:
+        self.cid = self.bh.run("from", "--pull=never", "--quiet", self.ref, timeout=300).stdout.strip()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._root is not None:
+            with contextlib.suppress(BuildError):
+                self.bh.run("umount", self.cid, timeout=120)
+        self.bh.run("rm", self.cid, check=False, timeout=120)
+
+    def root(self) -> Path:
+        """The container's file system, mounted on the host (read and written directly)."""
+        if self._root is None:
+            self._root = Path(self.bh.run("mount", self.cid, timeout=120).stdout.strip())
+        return self._root
+
+    def exec(self, argv: Sequence[str], *, workdir: str | None = None, user: str = "", timeout: float = 3600):
+        """Run ``argv`` in the container (its image's environment and user unless ``user``); stdout and
+        stderr interleaved, as an :class:`~flashkit.images.container.ExecResult`."""
+        from flashkit.images.container import ExecResult
+
+        args = ["run", "--network", "host" if self.network else "none"]
+        for m in self.mounts:
+            args += ["--volume", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+        args += ["--workingdir", workdir] if workdir else []
+        args += ["--user", user] if user else []
+        res = subprocess.run(
+            self.bh.argv(*args, self.cid, "--", *argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=self.bh.env(),
+            timeout=timeout,
+        )
+        return ExecResult(tuple(argv), res.returncode, res.stdout)
+
+    def copy_into(self, src: Path, dest_dir: str) -> None:
+        """Copy the host file or directory ``src`` into the container directory ``dest_dir``."""
+        self.bh.run("copy", self.cid, str(src), f"{dest_dir.rstrip('/')}/{Path(src).name}", timeout=600)
+
+    def copy_out(self, src: str, dest_dir: Path) -> Path:
+        """Copy the container path ``src`` (file or directory, links kept as links) into host ``dest_dir``."""
+        path = self.root() / src.lstrip("/")
+        dest = Path(dest_dir) / path.name
+        Path(dest_dir).mkdir(parents=True, exist_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            shutil.copytree(path, dest, symlinks=True)
+        elif path.is_file() or path.is_symlink():
+            shutil.copy2(path, dest, follow_symlinks=False)
+        else:
+            raise BuildError(f"{src} does not exist in {self.ref}")
+        return dest
+
+
 def copy_out(bh: Buildah, ref: str, folder: str, dest: Path) -> list[Path]:
     """Copy the regular files of ``folder`` in image ``ref`` into ``dest`` (created empty); their paths."""
-    cid = bh.run("from", "--pull=never", "--quiet", ref, timeout=300).stdout.strip()
-    try:
-        mnt = Path(bh.run("mount", cid, timeout=120).stdout.strip())
-        src = mnt / folder.lstrip("/")
+    with WorkingContainer(bh, ref) as wc:
+        src = wc.root() / folder.lstrip("/")
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
@@ -247,10 +311,6 @@ def copy_out(bh: Buildah, ref: str, folder: str, dest: Path) -> list[Path]:
                 shutil.copyfile(f, dest / f.name)
                 out.append(dest / f.name)
         return out
-    finally:
-        with contextlib.suppress(BuildError):
-            bh.run("umount", cid, timeout=120)
-        bh.run("rm", cid, check=False, timeout=120)
 
 
 def remove(bh: Buildah, refs: list[str]) -> None:

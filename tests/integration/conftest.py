@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kitsupport import not_built
 
 from flashkit.images.engine import engine_available, ensure_engine
 
@@ -11,7 +12,7 @@ from flashkit.images.engine import engine_available, ensure_engine
 def engine():
     ok, why = engine_available()
     if not ok:
-        pytest.skip(why)
+        not_built(why)
     return ensure_engine(start=False)
 
 
@@ -20,7 +21,10 @@ def built_env(engine):
     """``built_env(env_id, builder=False)``: the build result of an env at its current input hash.
 
     Skips, with the command that builds it, when ``flashkit build`` has not made
-    that env's images (and wheel) at the current input hash in this checkout.
+    that env's images (and wheel) at the current input hash in this checkout: the
+    runtime image in the engine and, with ``builder=True``, the builder image in
+    buildah's storage (where it is built; tests run it there, as a
+    :class:`flashkit.images.buildah.WorkingContainer`).
     FLASHKIT_TEST_BUILT=newest takes the newest build whose images still exist
     instead, whatever its input hash: for developing tests while the sources
     move on; CI leaves it unset.
@@ -31,17 +35,20 @@ def built_env(engine):
 
     from kitsupport import input_hash
 
-    from flashkit.images import build
+    from flashkit.images import build, buildah
     from flashkit.images.container import image_inspect
 
     root = Path(__file__).resolve().parents[2]
+
+    def builder_there(res: build.BuildResult) -> bool:
+        info = buildah.inspect(buildah.find_buildah(), res.builder_ref)
+        return info is not None and info.image_id == res.builder_id
 
     def newest(env_id: str, builder: bool) -> build.BuildResult | None:
         found = []
         for p in build.result_path(root, env_id, "x").parent.glob(f"{env_id}-fk*.json"):
             res = build.BuildResult(**json.loads(p.read_text()))
-            refs = [res.runtime_ref] + ([res.builder_ref] if builder else [])
-            if res.env == env_id and all(r and image_inspect(engine, r) for r in refs):
+            if res.env == env_id and image_inspect(engine, res.runtime_ref) and (not builder or builder_there(res)):
                 found.append(res)
         return max(found, key=lambda r: r.date, default=None)
 
@@ -52,28 +59,16 @@ def built_env(engine):
             res = build.load_result(root, env_id, input_hash(root, env_id))
         how = f"run `flashkit build {env_id}`"
         if res is None:
-            pytest.skip(f"{env_id} is not built at its current input hash; {how}")
-        if builder and image_inspect(engine, res.builder_ref) is None:
-            _builder_into_engine(engine, res)
-        refs = [res.runtime_ref] + ([res.builder_ref] if builder else [])
-        for ref in refs:
-            if not ref or image_inspect(engine, ref) is None:
-                pytest.skip(f"{env_id}: image {ref} of the current input hash is gone; {how}")
+            not_built(f"{env_id} is not built at its current input hash; {how}")
+        if not res.runtime_ref or image_inspect(engine, res.runtime_ref) is None:
+            not_built(f"{env_id}: image {res.runtime_ref} of the current input hash is gone; {how}")
+        if builder and not builder_there(res):
+            not_built(f"{env_id}: buildah's storage has no {res.builder_ref} of id {res.builder_id}; {how}")
         if not res.wheel_path or not Path(res.wheel_path).is_file():
-            pytest.skip(f"{env_id}: its exported wheel {res.wheel_path} is gone; {how}")
+            not_built(f"{env_id}: its exported wheel {res.wheel_path} is gone; {how}")
         return res
 
     return get
-
-
-def _builder_into_engine(engine, res) -> None:
-    """Builder images live in buildah's storage; copy one into the engine (same id) for tests that run it."""
-    from flashkit.images import buildah
-
-    bh = buildah.find_buildah()
-    info = buildah.inspect(bh, res.builder_ref)
-    if info is not None and info.image_id == res.builder_id:
-        buildah.push_to_engine(bh, info.image_id, res.builder_ref, engine)
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +98,6 @@ def debian_base(engine):
     bh = buildah.find_buildah()
     info = buildah.inspect(bh, tag)
     if info is None:
-        pytest.skip(f"no {tag} in buildah's storage; run `flashkit base build cu130-torch211`")
+        not_built(f"no {tag} in buildah's storage; run `flashkit base build cu130-torch211`")
     buildah.push_to_engine(bh, info.image_id, ref, engine)
     return ref

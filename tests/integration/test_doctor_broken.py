@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.images.container import BindMount, Container, image_remove
+from flashkit.images.buildah import WorkingContainer, find_buildah
+from flashkit.images.container import BindMount, Container
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -312,18 +313,13 @@ def _doctor(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _drop_from_engine(engine, ref: str) -> None:
-    """A builder image was copied into the engine only for a container: its 5-11 GB go again at once, so two
-    builders never sit in the engine together (buildah's storage keeps the builder itself)."""
-    image_remove(engine, [ref], force=True)
-
-
-def _compile_in(engine, image: str, source: str, name: str, command: str, out: Path) -> Path:
-    """Compile ``source`` in a container of ``image`` with ``command`` (in /src, $INC/$EXT set) and copy out."""
+def _compile_in(builder: str, source: str, name: str, command: str, out: Path) -> Path:
+    """Compile ``source`` in a working container of the builder image ``builder`` (in buildah's storage),
+    with ``command`` (in /src, $INC/$EXT set), and copy the module out."""
     src = out / "src"
     src.mkdir(parents=True)
     (src / name).write_text(source)
-    with Container(engine, image, network=False, name_prefix="flashkit-doctor") as c:
+    with WorkingContainer(find_buildah(), builder) as c:
         c.copy_into(src, "/")
         _checked(c.exec(["sh", "-c", f"set -e; cd /src; {_PY_PATHS}{command}"], user="root"), command)
         listing = _checked(c.exec(["sh", "-c", "ls /src/*.so"]), "ls").output.split()
@@ -336,7 +332,7 @@ def _compile_in(engine, image: str, source: str, name: str, command: str, out: P
 
 
 @pytest.fixture(scope="module")
-def sm80_in_builder(engine, built_env, kit_wheels, tmp_path_factory):
+def sm80_in_builder(built_env, kit_wheels, tmp_path_factory):
     """In cu130-torch211's builder (nvcc 13, torch 2.11): the sm_80-only module compiled and installed
     as part of a ``flash_attn`` package, doctor run there with ``--arch``, and the probed facts copied out."""
     res = built_env("cu130-torch211", builder=True)
@@ -345,7 +341,7 @@ def sm80_in_builder(engine, built_env, kit_wheels, tmp_path_factory):
     src.mkdir()
     (src / "sm80.cu").write_text(SM80_SOURCE)
     mounts = [BindMount(str(kit_wheels("3.11")), "/kit-wheels"), BindMount(str(ROOT), "/repo")]
-    with Container(engine, res.builder_ref, mounts=mounts, network=False, name_prefix="flashkit-doctor") as c:
+    with WorkingContainer(find_buildah(), res.builder_ref, mounts=mounts) as c:
         c.copy_into(src, "/")
         compile_and_install = (
             "set -e; cd /src; "
@@ -363,7 +359,6 @@ def sm80_in_builder(engine, built_env, kit_wheels, tmp_path_factory):
         arch_run = c.exec(["flashkit", "doctor", "--repo", "/repo", "--json", "--arch", "9.0", "--arch", "8.6"])
         _checked(c.exec(["python3", "-m", "flashkit.doctor.probe", "-o", "/tmp/facts.json"], workdir="/tmp"), "probe")
         facts = c.copy_out("/tmp/facts.json", out)
-    _drop_from_engine(engine, res.builder_ref)
     yield {"module": module, "arch_run": arch_run, "facts": facts, "dir": out}
 
 
@@ -426,17 +421,15 @@ def test_sm80_only_module_against_the_h200_facts(sm80_in_builder):
 
 
 @pytest.fixture(scope="module")
-def cp313_module(engine, built_env, tmp_path_factory) -> Path:
+def cp313_module(built_env, tmp_path_factory) -> Path:
     builder = built_env("cu124-torch27", builder=True).builder_ref
     module = _compile_in(
-        engine,
         builder,
         CP313_SOURCE,
         "pyver.c",
         'gcc -shared -fPIC -O2 -I"$INC" pyver.c -o "_pyver$EXT"',
         tmp_path_factory.mktemp("cp313"),
     )
-    _drop_from_engine(engine, builder)
     return module
 
 

@@ -74,11 +74,11 @@ def test_a_locked_version_the_archive_no_longer_serves_is_a_clear_error(tmp_path
 
 
 def _built(env_id: str) -> build.BuildResult:
-    from kitsupport import input_hash
+    from kitsupport import input_hash, not_built
 
     res = build.load_result(ROOT, env_id, input_hash(ROOT, env_id))
     if res is None or image_inspect_safe(res.runtime_ref) is None:
-        pytest.skip(f"{env_id} is not built at its current input hash; run `flashkit build {env_id}`")
+        not_built(f"{env_id} is not built at its current input hash; run `flashkit build {env_id}`")
     return res
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kitsupport import not_built
 
 from flashkit.images import base, buildah
 from flashkit.images.repro import compare_images, explain_layer, image_facts, layer_dir
@@ -23,7 +24,7 @@ def _runtime_base(tmp_path: Path):
     tag = base.base_tag(base.BASE_NAMESPACE, plan.spec, lock, "runtime")
     bh = buildah.find_buildah()
     if buildah.inspect(bh, tag) is None:
-        pytest.skip(f"no {tag} in buildah's storage; run `flashkit build cu130-torch211`")
+        not_built(f"no {tag} in buildah's storage; run `flashkit build cu130-torch211`")
     return bh, tag
 
 
