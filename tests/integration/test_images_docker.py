@@ -19,8 +19,8 @@ pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_container_exec_copy_and_cleanup(engine, tmp_path):
-    res = _built("cu130-torch211")
+def test_container_exec_copy_and_cleanup(engine, built_env, tmp_path):
+    res = built_env("cu130-torch211")
     src = tmp_path / "payload"
     src.mkdir()
     (src / "hello.txt").write_text("hello from the host\n")
@@ -42,9 +42,9 @@ def test_container_exec_copy_and_cleanup(engine, tmp_path):
         sdk.close()
 
 
-def test_runtime_base_made_again_in_a_fresh_storage_is_the_same_image(tmp_path):
+def test_runtime_base_made_again_in_a_fresh_storage_is_the_same_image(built_env, tmp_path):
     """A second builder (a fresh buildah storage) runs mmdebstrap at the locked versions: the same base id."""
-    res = _built("cu130-torch211")
+    res = built_env("cu130-torch211")
     plan = load_plan(ROOT, "cu130-torch211")
     lock, _problems = baselock.parse(plan.locks.base)
     bh = buildah.find_buildah(str(tmp_path / "storage"))
@@ -71,21 +71,6 @@ def test_a_locked_version_the_archive_no_longer_serves_is_a_clear_error(tmp_path
     assert "no longer serves" in text and "bash=999:0.0-gone" in text
     assert "flashkit base lock cu130-torch211" in text and exc.value.exit_code == 11
     assert buildah.inspect(bh, base.base_tag("flashkit-test", plan.spec, stale, "runtime")) is None
-
-
-def _built(env_id: str) -> build.BuildResult:
-    from kitsupport import input_hash, not_built
-
-    res = build.load_result(ROOT, env_id, input_hash(ROOT, env_id))
-    if res is None or image_inspect_safe(res.runtime_ref) is None:
-        not_built(f"{env_id} is not built at its current input hash; run `flashkit build {env_id}`")
-    return res
-
-
-def image_inspect_safe(ref):
-    from flashkit.images.engine import ensure_engine
-
-    return image_inspect(ensure_engine(start=False), ref)
 
 
 def _abi_of_swapped_wheel(engine, tmp_path, donor, host):
@@ -122,10 +107,10 @@ def _abi_of_swapped_wheel(engine, tmp_path, donor, host):
         image_remove(engine, [ref], force=True)
 
 
-def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tmp_path):
+def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, built_env, tmp_path):
     """Issue 5 acceptance, for the version-bound mode: cu124-torch27's wheel (torch 2.7, CUDA 12) dropped
     into cu130-torch211's image (torch 2.11, CUDA 13)."""
-    r = _abi_of_swapped_wheel(engine, tmp_path, _built("cu124-torch27"), _built("cu130-torch211"))
+    r = _abi_of_swapped_wheel(engine, tmp_path, built_env("cu124-torch27"), built_env("cu130-torch211"))
     text = "\n".join(r.reasons)
     assert r.verdict == "failed", text
     # The C++ name, demangled, with its mangled form for grep.
@@ -133,10 +118,10 @@ def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, tm
     assert "needs libcudart.so.12" in text, text
 
 
-def test_stable_wheel_under_a_torch_older_than_its_target_fails_abi(engine, tmp_path):
+def test_stable_wheel_under_a_torch_older_than_its_target_fails_abi(engine, built_env, tmp_path):
     """The stable-ABI wheel of cu130-torch211 in cu124-torch27's image (torch 2.7): no torch C++ symbol to
     blame, but the shim functions torch 2.7 lacks and the torch version below the wheel's target."""
-    r = _abi_of_swapped_wheel(engine, tmp_path, _built("cu130-torch211"), _built("cu124-torch27"))
+    r = _abi_of_swapped_wheel(engine, tmp_path, built_env("cu130-torch211"), built_env("cu124-torch27"))
     text = "\n".join(r.reasons)
     assert r.verdict == "failed", text
     assert "older than 2.10" in text and "stable ABI of torch >= 2.10" in text, text
@@ -144,10 +129,10 @@ def test_stable_wheel_under_a_torch_older_than_its_target_fails_abi(engine, tmp_
 
 
 @pytest.mark.parametrize("env_id", [os.environ.get("FLASHKIT_TEST_ENV", "cu130-torch211")])
-def test_built_env_passes_build_abi_cpu(engine, env_id):
+def test_built_env_passes_build_abi_cpu(engine, built_env, env_id):
     from flashkit.plan.specfile import load_env
 
-    res = _built(env_id)
+    res = built_env(env_id)
     spec = load_env(ROOT, env_id)
     results = {t.tier: t for t in tiers.run_tiers(engine, spec, res, ("build", "abi", "cpu"))}
     for name, t in results.items():
