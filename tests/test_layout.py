@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "flashkit"
 ALLOWED = {
     "core": set(),
     "evidence": set(),  # runs on GPU hosts with the standard library alone
-    "binary": {"core"},
+    "binary": {"core", "evidence"},
     "plan": {"core"},
     "images": {"core", "binary", "evidence", "plan"},
     "ledger": {"core", "binary", "evidence", "plan", "images"},

@@ -302,7 +302,7 @@ def test_merge_brings_the_applies_a_ci_job_did_not_upload(cli, kit_repo, tmp_pat
     (jobs / f"{SRC}-gpu.jsonl").write_text(gpu.line() + "\n")
     r = cli("--repo", str(kit_repo), "ledger", "merge", str(jobs))
     assert r.code == 0, r.err
-    assert f"{USER}: 1 applies of its wheel's source env's verdicts added" in r.out
+    assert f"{USER}: 1 applies of other envs' verdicts added" in r.out
     (a,) = cross(store.load(kit_repo, USER))
     assert a.verdict_id == gpu.id
 

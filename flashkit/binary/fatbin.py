@@ -9,24 +9,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import struct
 import subprocess
 
 from flashkit.binary.elf import ElfReadError, _elftools, host_path, open_regular
+from flashkit.evidence import devicecode
 
 
 class FatbinError(ValueError):
     """The CUDA fat binary of an object could not be listed."""
-
-
-_FATBIN_MAGIC = 0xBA55ED50
-_FATBIN_HEADER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries that follow
-# kind, ?, header size, padded payload size, payload size, ?, minor, major, arch, ...flags at 40
-_FATBIN_ENTRY = struct.Struct("<HHIQIIHHI")
-_KIND_PTX, _KIND_ELF = 1, 2
-# Entry flag bits, seen on nvcc 13.0 output (cross-checked with cuobjdump --list-elf/--list-ptx):
-_FLAG_ARCH_SPECIFIC = 0x100000  # sm_90a / compute_90a
-_FLAG_FAMILY_SPECIFIC = 0x200000  # sm_100f / compute_120f
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,47 +65,22 @@ def _parse_arch(arch: str) -> tuple[tuple[int, int], str]:
     return (int(m.group(1)), int(m.group(2))), m.group(3)
 
 
-def _arch_name(prefix: str, arch: int, flags: int) -> str:
-    suffix = "a" if flags & _FLAG_ARCH_SPECIFIC else "f" if flags & _FLAG_FAMILY_SPECIFIC else ""
-    return f"{prefix}_{arch}{suffix}"
-
-
 def parse_fatbin(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(cubin archs, PTX archs) of the fat binary containers in a ``.nv_fatbin`` section.
 
-    A section holds one container per compiled translation unit (plus nvcc's
-    device-link one), each a 16-byte header and entries of [header, payload];
-    only the entry headers are read, so compressed payloads need no decoding.
+    A section holds one container per compiled translation unit (plus nvcc's device-link one); the walk
+    is :func:`flashkit.binary.devicecode.walk`, and only entry headers are read here.
     """
     cubins: dict[str, None] = {}
     ptx: dict[str, None] = {}
-    off = 0
-    containers = 0
-    while off + _FATBIN_HEADER.size <= len(data):
-        magic, _version, header_size, size = _FATBIN_HEADER.unpack_from(data, off)
-        if magic != _FATBIN_MAGIC:
-            if any(data[off : off + 8]):
-                raise FatbinError(f"no fat binary header at offset {off:#x} (magic {magic:#010x})")
-            off += 8  # zero padding between containers
-            continue
-        end = off + header_size + size
-        if header_size < _FATBIN_HEADER.size or end > len(data):
-            raise FatbinError(f"fat binary container at {off:#x} claims {size} bytes past the section end")
-        entry = off + header_size
-        while entry + 48 <= end:
-            kind, _, ehsize, padded, _, _, _, _, arch = _FATBIN_ENTRY.unpack_from(data, entry)
-            (flags,) = struct.unpack_from("<Q", data, entry + 40)
-            if ehsize < 48:
-                raise FatbinError(f"fat binary entry at {entry:#x} has header size {ehsize}")
-            if kind == _KIND_ELF:
-                cubins[_arch_name("sm", arch, flags)] = None
-            elif kind == _KIND_PTX:
-                ptx[_arch_name("compute", arch, flags)] = None
-            entry += ehsize + padded
-        containers += 1
-        off = (end + 7) & ~7
-    if containers == 0:
-        raise FatbinError("the .nv_fatbin section holds no fat binary container")
+    try:
+        for kind, arch, flags, _start, _size in devicecode.walk(data):
+            if kind == devicecode.KIND_ELF:
+                cubins[devicecode.arch_name("sm", arch, flags)] = None
+            elif kind == devicecode.KIND_PTX:
+                ptx[devicecode.arch_name("compute", arch, flags)] = None
+    except devicecode.DeviceCodeError as exc:
+        raise FatbinError(str(exc)) from None
     return tuple(sorted(cubins, key=_arch_order)), tuple(sorted(ptx, key=_arch_order))
 
 

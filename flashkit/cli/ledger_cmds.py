@@ -12,7 +12,7 @@ from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishR
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import gate, gpu_import, migrate, record, store, verify, wheel_index, wheelhouse
+from flashkit.ledger import device_code, gate, gpu_import, migrate, record, store, verify, wheel_index, wheelhouse
 from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.model import where_it_ran
 from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
@@ -113,6 +113,7 @@ def cmd_publish(args) -> int:
         tags=(plan.spec.id.card_tag, *plan.spec.publish_tags),
         signing_key=Path(args.signing_key) if args.signing_key else None,
         inputs=plan.manifest(),
+        gpu_evidence=plan.spec.gpu_evidence,
     )
     require_a_build(req)
     out = publish_image(ensure_engine(), req, dry_run=args.dry_run, say=say)
@@ -220,9 +221,14 @@ def cmd_ledger_show(args) -> int:
             if art.wheel_from:
                 src = art.wheel_from
                 print(f"    wheel from {src['env']}@{src['input_hash']} (that build's file; not compiled here)")
+            for code in ledger.device_codes(art.wheel_sha256)[:1]:
+                print(f"    {device_code.describe(code)}")
             for j in gate.judgements(ledger, art).values():
                 print(f"    {j.line()}")
             for applies, v in ledger.inherited(art.id):
+                if applies.relation:
+                    print(f"    {applies.relation} relation {applies.device_code}: {applies.because}")
+                    continue
                 print(
                     f"    applies from {applies.source_env}: its {v.tier} verdict {v.id[7:19]} ({v.verdict}, "
                     f"{v.date}) on this wheel, run on {where_it_ran(v.host)}"
@@ -231,6 +237,32 @@ def cmd_ledger_show(args) -> int:
             print(f"  published {pub.date}: {pub.target}@{pub.digest} tags {', '.join(pub.tags)} ({pub.policy})")
             if pub.attestation:
                 print(f"    attestation {pub.attestation['tag']} signed by key {pub.attestation['key_id'][:16]}")
+    return 0
+
+
+def cmd_ledger_device_code(args) -> int:
+    r = root(args)
+    (plan,) = plans(r, args)
+    if args.wheel:
+        wheel = Path(args.wheel)
+    else:
+        res = load_result(r, plan.env_id, plan.input_hash)
+        if res is None:
+            raise UsageError(
+                f"{plan.env_id}: no wheel of its current input hash {plan.input_hash[:20]} in this checkout",
+                hint=f"run `flashkit build {plan.env_id}`, or pass --wheel PATH (a wheel a build of it exported)",
+            )
+        wheel = Path(res.wheel_path)
+    art, fact, added = device_code.record_for_wheel(r, plan.spec, wheel)
+    if fact is None:
+        print(f"{plan.env_id}: {wheel.name} carries no device code (a Triton-only wheel); nothing recorded")
+        return 0
+    state = "recorded" if any(f.id == fact.id for f in added) else "already recorded"
+    print(f"{plan.env_id}: build {art.id[7:19]}, wheel {art.wheel_sha256[:16]}: {device_code.describe(fact)} ({state})")
+    for a in device_code.relations_naming(r, fact.digest):
+        print(
+            f"  {a.env} build {a.artifact_id[7:19]}: {a.tier} verdict {a.verdict_id[7:19]} of {a.source_env} reaches it"
+        )
     return 0
 
 
@@ -256,7 +288,7 @@ def cmd_ledger_merge(args) -> int:
         print(f"{env}: {added} of {offered} facts added to {path} ({offered - added} already there)")
     for env, n in merged.inherited.items():
         path = paths.rel(r, store.ledger_path(r, env))
-        print(f"{env}: {n} applies of its wheel's source env's verdicts added to {path} (wheel_from)")
+        print(f"{env}: {n} applies of other envs' verdicts added to {path} (wheel_from, device code)")
     return 0
 
 
@@ -315,6 +347,14 @@ def register(sub) -> None:
     s = lsub.add_parser("show", help="every build, verdict and publication of an env, and what applies to what")
     s.add_argument("env")
     s.set_defaults(run=cmd_ledger_show)
+    s = lsub.add_parser(
+        "device-code",
+        help="record the device code (every cubin and PTX payload) of an env's exported wheel, and the GPU "
+        "verdicts it lets reach other envs",
+    )
+    s.add_argument("env")
+    s.add_argument("--wheel", help="the wheel (default: this checkout's build of the env's current input hash)")
+    s.set_defaults(run=cmd_ledger_device_code)
     s = lsub.add_parser("migrate", help="convert verified/<env>.json (schema 1) into the append-only ledger")
     s.add_argument("envs", nargs="*", help="env ids (default: every env with a schema-1 record)")
     s.set_defaults(run=cmd_ledger_migrate)

@@ -27,7 +27,7 @@ LEGEND = (
     "wheel local version, shortened: +cu130t2.11-cxx11 = +cu130torch2.11cxx11abitrue",
 )
 # Said only when a row shows a stable-ABI wheel, whose label is short enough to show whole.
-STABLE_LEGEND = "  +cu13stable2.10 = stable ABI: one wheel for torch >= 2.10 with CUDA 13"
+STABLE_LEGEND = "  +cu13stable2.10 = stable ABI: one wheel for torch >= 2.10, CUDA 13 (cu12…: 12)"
 
 
 def short_local(local: str) -> str:
@@ -51,8 +51,9 @@ def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
         status, seen = "not verified", None
         if plan is not None:
             try:
-                s = gate.summary(store.load(r, str(spec.id)), plan.input_hash)
-                status, seen = s.status, matrix.LedgerView(s.tiers, s.wheel, s.published)
+                s = gate.summary(store.load(r, str(spec.id)), plan.input_hash, spec.gpu_evidence)
+                status = s.status
+                seen = matrix.LedgerView(s.tiers, s.wheel, s.published, s.device_code, s.gpu_how)
             except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
                 status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
         cov = production.coverage(spec, prod)
@@ -132,6 +133,11 @@ def wide(rows: list[matrix.MatrixRow], verbose: bool) -> None:
         if r.wheel or r.published:
             tags = ", ".join(r.published) or "none"
             console.print(f"  wheel {r.wheel or '-'}; published tags: {tags}", highlight=False, soft_wrap=True)
+        console.print(f"  gpu evidence accepted: {', '.join(r.gpu_evidence)}", highlight=False)
+        if r.device_code:
+            console.print(f"  device code {r.device_code}", highlight=False)
+        if r.gpu_how and r.input_hash and r.wheel:
+            console.print(f"  {r.gpu_how}", highlight=False, soft_wrap=True)
         for reason in r.reasons:
             console.print(f"  [red]rejected[/] by {reason}", highlight=False)
         req = r.requirements

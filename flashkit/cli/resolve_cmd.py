@@ -52,6 +52,8 @@ def _say_answer(a: EnvAnswer, head: str) -> None:
     for why in a.why_not:
         if not why.startswith(a.status):  # the status line above already says it
             say(f"  - {why}")
+    for line in a.evidence:
+        say(f"  evidence: {line}")
     for note in a.notes:
         say(f"  note: {note}")
 

@@ -47,9 +47,18 @@ def cmd_verify_image(args) -> int:
         where = ", ".join(
             f"{k}={val}"
             for k, val in sorted(t.get("where", {}).items())
-            if k in ("gpu", "driver", "torch", "hostname", "host")
+            if k in ("gpu", "driver", "torch", "cuda_runtime", "hostname", "host")
         )
         print(f"  {t.get('tier')}: passed ({counts}){' on ' + where if where else ''}")
+        rel = t.get("relation")
+        if isinstance(rel, dict) and rel.get("kind") == "device-code":
+            print(
+                f"    via device code {rel.get('device_code')}: run in wheel {rel.get('judged_wheel')} of "
+                f"{rel.get('source_env')}; this image's wheel {rel.get('this_wheel')} carries the same cubins and PTX"
+            )
+            print(f"    covers {rel.get('covers')}")
+        elif isinstance(rel, dict):
+            print(f"    {rel.get('kind')}: the wheel {rel.get('judged_wheel')} of {rel.get('source_env')}")
     for b in v.builds:
         print(f"  built by {b.get('host')} with {b.get('tool')} ({b.get('storage')}) on {b.get('date')}")
     print(f"run it by digest (a tag can move after this check): docker run --rm {target}@{v.digest}")

@@ -217,6 +217,12 @@ class NoVerifiedFit(FlashkitError):
     exit_code = 33
 
 
+class DeviceCodeMismatch(FlashkitError):
+    """A device-code relation that does not hold: the digests differ, or a fact it names is missing or altered."""
+
+    exit_code = 34
+
+
 def _table() -> tuple[tuple[str, str], ...]:
     classes = [c for c in globals().values() if isinstance(c, type) and issubclass(c, FlashkitError)]
     first = {

@@ -39,6 +39,7 @@ class EnvAnswer:
     requirements: str | None  # the per-Python requirements file
     install: tuple[str, ...]  # the exact pip and uv commands
     images: tuple[str, ...]  # published references at the current input hash
+    evidence: tuple[str, ...] = ()  # the GPU run the verdict comes from, and how it reaches this build
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
@@ -112,6 +113,7 @@ def answer(spec, cand: Candidate, v: Verification, cov, py: str) -> EnvAnswer:
         requirements=file,
         install=install,
         images=images,
+        evidence=v.evidence,
     )
 
 

@@ -89,6 +89,7 @@ class Verification:
     published: tuple[str, ...] = ()  # REPOSITORY@DIGEST and REPOSITORY:TAG of publications at the input hash
     input_hash: str | None = None
     why_not: tuple[str, ...] = ()  # the gate's reasons when not verified
+    evidence: tuple[str, ...] = ()  # how the GPU verdict that passed reaches the build (own, wheel_from, device code)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,16 +39,18 @@ def _verification(root: Path, plan, policy: str | None) -> Verification:
         from flashkit.ledger import gate, store
 
         ledger = store.load(root, plan.env_id)
-        decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(policy))
+        accepts = plan.spec.gpu_evidence
+        decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(policy), accepts)
         published = []
         for pub in ledger.publications(plan.input_hash):
             published += [f"{pub.target}@{pub.digest}", *(f"{pub.target}:{t}" for t in pub.tags)]
         return Verification(
-            gate.status(ledger, plan.input_hash),
+            gate.status(ledger, plan.input_hash, accepts),
             bool(decision),
             tuple(dict.fromkeys(published)),
             plan.input_hash,
             decision.reasons,
+            tuple(j.line() for j in decision.passed if j.tier in gate.GPU_TIERS),
         )
     except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
         return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)

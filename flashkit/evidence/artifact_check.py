@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 
+from flashkit.evidence import devicecode
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 
 RESULT_SCHEMA = 2
@@ -40,6 +41,21 @@ _TORCH_PROBE = (
     "'torch_cuda': torch.version.cuda, 'cuda_available': ok, "
     "'device': torch.cuda.get_device_name(0) if ok else None, "
     "'capability': '%d.%d' % torch.cuda.get_device_capability(0) if ok else None}))"
+)
+
+
+# Which CUDA runtime the extension loaded, and whether it registered its ops (a wheel whose extension does not
+# load would otherwise pass on the Triton fallback and judge nothing of its compiled code).
+_EXTENSION_PROBE = (
+    "import json, torch, flash_kernels._cuda as c; "
+    "maps = open('/proc/self/maps').read().split(chr(10)); "
+    "libs = sorted({l.split()[-1] for l in maps if 'libcudart.so' in l}); "
+    "print(json.dumps({'built': c.is_built(), 'error': c.import_error(), 'cudart': libs}))"
+)
+_CUDART_PROBE = (
+    "import ctypes, json, sys; lib = ctypes.CDLL('libcudart.so.' + sys.argv[1]); v = ctypes.c_int(0); "
+    "rc = lib.cudaRuntimeGetVersion(ctypes.byref(v)); "
+    "print(json.dumps({'rc': rc, 'version': '%d.%d' % (v.value // 1000, v.value % 1000 // 10)}))"
 )
 
 
@@ -78,6 +94,14 @@ class Check:
         self.evidence: dict[str, str] = {}
         self.host = gpu_facts()
         self.digest = sha256(args.wheel)
+        self.device_code: str | None = None
+        self.env = dict(os.environ)
+        if args.cuda_runtime:
+            # The wheel's extension links libcudart.so.<its CUDA major>; the host's torch carries another
+            # major's. The runtime the env pins (a PyPI wheel, unpacked here) is put on the loader's path.
+            self.env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (os.path.abspath(args.cuda_runtime), os.environ.get("LD_LIBRARY_PATH")) if p
+            )
 
     def finish(self, verdict: str) -> dict:
         return {
@@ -86,7 +110,7 @@ class Check:
             "env": self.args.env,
             "input_hash": self.args.input_hash,
             "wheel": os.path.basename(self.args.wheel),
-            "judged": {"wheel_sha256": self.digest},
+            "judged": {"wheel_sha256": self.digest, **({"device_code": self.device_code} if self.device_code else {})},
             "host": self.host,
             "verdict": verdict,
             "counts": self.counts,
@@ -102,18 +126,57 @@ class Check:
         rc, out = _run([sys.executable, "-c", _TORCH_PROBE], timeout=600)
         if rc != 0:
             return "error", f"torch is not importable on this host: {out.strip()[-500:]}"
-        why = self._other_torch(json.loads(out.strip().splitlines()[-1]))
+        why = self._other_torch(json.loads(out.strip().splitlines()[-1])) or self._other_cuda()
         return ("not-run", why) if why else None
 
     def _other_torch(self, facts: dict) -> str | None:
         self.host.update({k: str(v) for k, v in facts.items()})
         torch_mm = ".".join(facts["torch"].split("+")[0].split(".")[:2])
-        if torch_mm != self.args.expect_torch:
+        if self.args.torch_abi == "stable":
+            # A stable-ABI wheel binds only to torch's C shim: any torch at or after its target serves.
+            if _version(torch_mm) < _version(self.args.expect_torch):
+                return (
+                    f"host torch {facts['torch']} is older than the stable-ABI wheel's target {self.args.expect_torch}"
+                )
+            self.host["torch_abi"] = f"stable (wheel targets torch >= {self.args.expect_torch})"
+        elif torch_mm != self.args.expect_torch:
             return f"host torch {facts['torch']} is not the env's torch {self.args.expect_torch}.x"
-        if (facts.get("torch_cuda") or "").split(".")[0] != str(self.args.expect_cuda):
-            return f"host torch is built for CUDA {facts.get('torch_cuda')}, the env for CUDA {self.args.expect_cuda}"
         if not facts.get("cuda_available"):
             return "torch sees no CUDA device on this host"
+        return None
+
+    def _other_cuda(self) -> str | None:
+        """The CUDA runtime the extension will use must be the env's major: torch's own, or --cuda-runtime's."""
+        want = str(self.args.expect_cuda)
+        if not self.args.cuda_runtime:
+            if (self.host.get("torch_cuda") or "").split(".")[0] != want:
+                return f"host torch is built for CUDA {self.host.get('torch_cuda')}, the env for CUDA {want}"
+            return None
+        rc, out = _run([sys.executable, "-c", _CUDART_PROBE, want], env=self.env, timeout=120)
+        if rc != 0:
+            return f"no libcudart.so.{want} loads from --cuda-runtime {self.args.cuda_runtime}: {out.strip()[-300:]}"
+        probe = json.loads(out.strip().splitlines()[-1])
+        if probe["rc"] != 0 or probe["version"].split(".")[0] != want:
+            return f"libcudart.so.{want} from {self.args.cuda_runtime} reports version {probe['version']} (rc {probe['rc']})"
+        self.host["cuda_runtime"] = probe["version"]
+        self.host["cuda_runtime_source"] = self.args.cuda_runtime_source or os.path.basename(
+            os.path.abspath(self.args.cuda_runtime)
+        )
+        return None
+
+    def extension_loaded(self, env: dict[str, str]) -> str | None:
+        """Why the installed extension did not load as the env's (None when it did, on the expected runtime)."""
+        rc, out = _run([sys.executable, "-c", _EXTENSION_PROBE], env=env, timeout=600)
+        if rc != 0:
+            return f"importing flash_kernels failed: {out.strip()[-500:]}"
+        probe = json.loads(out.strip().splitlines()[-1])
+        if not probe["built"]:
+            return f"the CUDA extension did not load ({probe['error']}): the suite would judge only Triton"
+        want = f"libcudart.so.{self.args.expect_cuda}"
+        loaded = [p for p in probe["cudart"] if os.path.basename(p).startswith(want)]
+        if not loaded:
+            return f"the extension loaded but no {want} is mapped (mapped: {probe['cudart']})"
+        self.host["cuda_runtime_loaded"] = ", ".join(loaded)[:200]
         return None
 
     def run_suite(self, tmp: str) -> str:
@@ -124,7 +187,16 @@ class Check:
             self.reasons.append(f"pip install --no-deps --target failed: {out.strip()[-800:]}")
             return "error"
         report = os.path.join(tmp, "junit.xml")
-        env = dict(os.environ, PYTHONPATH=target + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(self.env, PYTHONPATH=target + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        try:
+            self.device_code = devicecode.of_installed(target, "flash_kernels").digest
+        except (OSError, devicecode.DeviceCodeError) as exc:
+            self.reasons.append(f"the installed wheel's device code could not be read: {exc}")
+            return "error"
+        why = self.extension_loaded(env) if self.args.require_extension else None
+        if why:
+            self.reasons.append(why)
+            return "error"
         # Run from the temp dir so a flash_kernels source checkout in the cwd cannot shadow the wheel.
         suite = [sys.executable, "-m", "flash_kernels.selftest", "--tier", "gpu", "--junitxml", report]
         try:
@@ -178,6 +250,10 @@ class Check:
         return "passed"
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".") if x.isdigit())
+
+
 def check(args: argparse.Namespace) -> dict:
     c = Check(args)
     if c.digest != args.expect_sha256:
@@ -202,6 +278,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--expect-torch", required=True, help="torch major.minor of the env, e.g. 2.11")
     p.add_argument("--expect-cuda", required=True, help="CUDA major of the env, e.g. 13")
     p.add_argument("--out", required=True, help="where to write the JSON result (the JUnit report goes beside it)")
+    p.add_argument(
+        "--torch-abi",
+        choices=("version", "stable"),
+        default="version",
+        help="stable: the wheel binds to torch's stable C ABI, so any torch >= --expect-torch judges it",
+    )
+    p.add_argument(
+        "--cuda-runtime",
+        help="a folder holding libcudart.so.<--expect-cuda> for an extension whose CUDA major is not the host "
+        "torch's (e.g. nvidia/cuda_runtime/lib of the env's pinned nvidia-cuda-runtime-cu12 wheel)",
+    )
+    p.add_argument("--cuda-runtime-source", help="what that folder came from, as the verdict should name it")
+    p.add_argument(
+        "--cuda-runtime-wheel",
+        help="instead of --cuda-runtime: the env's pinned CUDA runtime wheel (nvidia-cuda-runtime-cu12), checked "
+        "against --cuda-runtime-sha256 and unpacked here",
+    )
+    p.add_argument("--cuda-runtime-sha256", help="the sha256 the env's lockfile pins for --cuda-runtime-wheel")
+    p.add_argument(
+        "--require-extension",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="refuse to judge a wheel whose CUDA extension does not load (default: on)",
+    )
     p.add_argument("--log", help="also keep the suite's full output here")
     p.add_argument("--timeout", type=int, default=3600)
     p.epilog = "Arguments after `--` go to `python -m flash_kernels.selftest` (e.g. -- -n 8 -q)."
@@ -217,7 +317,43 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(args.wheel):
         print(f"artifact_check: {args.wheel}: no such wheel file (copy the exported wheel here first)", file=sys.stderr)
         return EXIT_NO_WHEEL
-    result = check(args)
+    with tempfile.TemporaryDirectory(prefix="flashkit-cudart-") as unpacked:
+        problem = runtime_from_wheel(args, unpacked) if args.cuda_runtime_wheel else None
+        if problem:
+            print(f"artifact_check: {problem}", file=sys.stderr)
+            return EXIT_USAGE if "sha256" not in problem else EXIT_NO_WHEEL
+        result = check(args)
+    return write_result(args, result)
+
+
+def runtime_from_wheel(args: argparse.Namespace, dest: str) -> str | None:
+    """Unpack the pinned CUDA runtime wheel after checking its sha256; point --cuda-runtime at its library."""
+    import zipfile
+
+    if not args.cuda_runtime_sha256:
+        return "--cuda-runtime-wheel needs --cuda-runtime-sha256 (the hash the env's lockfile pins)"
+    if not os.path.isfile(args.cuda_runtime_wheel):
+        return f"{args.cuda_runtime_wheel}: no such wheel file"
+    got = sha256(args.cuda_runtime_wheel)
+    if got != args.cuda_runtime_sha256:
+        return f"{args.cuda_runtime_wheel}: sha256 {got} is not the pinned {args.cuda_runtime_sha256}"
+    with zipfile.ZipFile(args.cuda_runtime_wheel) as zf:
+        zf.extractall(dest)
+    libs = [
+        os.path.join(d, f)
+        for d, _dirs, files in os.walk(dest)
+        for f in files
+        if f.startswith(f"libcudart.so.{args.expect_cuda}")
+    ]
+    if not libs:
+        return f"{args.cuda_runtime_wheel} holds no libcudart.so.{args.expect_cuda}"
+    args.cuda_runtime = os.path.dirname(sorted(libs)[0])
+    name = os.path.basename(args.cuda_runtime_wheel).split("-")
+    args.cuda_runtime_source = f"{name[0]}=={name[1]} wheel, sha256 {got}"
+    return None
+
+
+def write_result(args: argparse.Namespace, result: dict) -> int:
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)

@@ -29,7 +29,7 @@ import difflib
 
 from flashkit.core.errors import UsageError
 from flashkit.core.names import TIER_ORDER, Subject, Tier
-from flashkit.ledger.model import Applies, Artifact, VerdictFact, where_it_ran
+from flashkit.ledger.model import RELATION_DEVICE_CODE, Applies, Artifact, VerdictFact, where_it_ran
 from flashkit.ledger.store import Ledger
 
 GPU_TIERS = (Tier.GPU, Tier.ARTIFACT_GPU)
@@ -84,6 +84,8 @@ class Judgement:
     verdict: VerdictFact | None
     how: str  # which digest the verdict judged, and why it counts for this artifact
     source_env: str | None = None  # the env whose ledger holds the verdict (None: this env's own)
+    relation: str | None = None  # "wheel-from", "device-code" (None: this env's own digest)
+    device_code: str | None = None  # the identical device-code digest a device-code relation rests on
 
     @property
     def passed(self) -> bool:
@@ -113,16 +115,24 @@ def source_judgement(ledger: Ledger, input_hash: str, tier: Tier) -> Judgement:
     return Judgement(tier, verdict, f"judged {verdict.subject.short()} on {verdict.date[:10]}")
 
 
-def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
-    """The verdict that decides ``tier`` for ``artifact``, and how it reaches it."""
+def judge(ledger: Ledger, artifact: Artifact, tier: Tier, accepts: tuple[str, ...] | None = None) -> Judgement:
+    """The verdict that decides ``tier`` for ``artifact``, and how it reaches it. ``accepts``: the env's
+    ``gpu_evidence`` (None: every relation the ledger records; each was written only where the spec allowed)."""
     if tier.subject is Subject.SOURCE:
         return source_judgement(ledger, artifact.input_hash, tier)
+    allowed = set(accepts) if accepts is not None else {"own", "wheel-from", "device-code"}
     subject = artifact.subject(tier.subject)
     found = [v for v in ledger.verdicts(artifact.input_hash) if v.tier is tier and v.subject == subject]
-    inherited = _inherited(ledger, artifact, tier)
-    verdict = _latest(found + [v for _a, v in inherited])
+    inherited = _inherited(ledger, artifact, tier) if "wheel-from" in allowed else []
+    by_code = _by_device_code(ledger, artifact, tier) if "device-code" in allowed else []
+    if tier in GPU_TIERS and "own" not in allowed:
+        found = []
+    verdict = _latest(found + [v for _a, v in inherited] + [v for _a, v in by_code])
     if verdict is None:
         return Judgement(tier, None, f"no verdict judged {subject.short()}")
+    code = next((a for a, v in by_code if v.id == verdict.id), None)
+    if code is not None:
+        return _device_code_judgement(ledger, artifact, tier, verdict, code)
     via = next((a for a, v in inherited if v.id == verdict.id), None)
     if via is not None:
         src = artifact.wheel_from or {}
@@ -133,9 +143,11 @@ def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
             f"{str(src.get('input_hash'))[:20]} built ({subject.short()}, wheel_from); that env's {tier} verdict "
             f"{verdict.id[7:19]} judged it on {verdict.date[:10]} ({where_it_ran(verdict.host)})",
             source_env=via.source_env,
+            relation="wheel-from",
         )
     if tier.subject is Subject.IMAGE or verdict.context.get("image_id") in (None, artifact.image_id):
-        return Judgement(tier, verdict, f"judged {subject.short()} on {verdict.date[:10]}")
+        where = f", {where_it_ran(verdict.host)}" if tier in GPU_TIERS else ""
+        return Judgement(tier, verdict, f"judged {subject.short()} on {verdict.date[:10]}{where}")
     return Judgement(
         tier,
         verdict,
@@ -144,16 +156,56 @@ def judge(ledger: Ledger, artifact: Artifact, tier: Tier) -> Judgement:
     )
 
 
+OWN_TIERS_FOR_DEVICE_CODE = (Tier.BUILD, Tier.ABI, Tier.CPU)
+
+
+def _device_code_judgement(
+    ledger: Ledger, artifact: Artifact, tier: Tier, verdict: VerdictFact, a: Applies
+) -> Judgement:
+    """A GPU verdict reached through identical device code counts only once this very image passed its own
+    build, abi and cpu tiers: the GPU run covered the device code, those tiers cover the torch binding."""
+    host = verdict.host
+    ran = f"torch {host.get('torch', '?')}" + (
+        f", CUDA runtime {host['cuda_runtime']}" if host.get("cuda_runtime") else ""
+    )
+    how = (
+        f"via device code {a.device_code[:19]}…, run in wheel {verdict.subject.digest[7:19]} of {verdict.env} under "
+        f"{ran} on {host.get('gpu', '?')} ({verdict.date[:10]}, verdict {verdict.id[7:19]}); this wheel carries the "
+        f"same cubins and PTX; its torch binding ran only in its own build, abi and cpu tiers"
+    )
+    own = {t: judge(ledger, artifact, t) for t in OWN_TIERS_FOR_DEVICE_CODE}
+    missing = [j.line() for j in own.values() if not j.passed]
+    if missing:
+        return Judgement(
+            tier,
+            None,
+            f"a verdict reaches it {how}, but that counts only once this image's own build, abi and cpu passed "
+            f"({'; '.join(missing)})",
+        )
+    return Judgement(tier, verdict, how, a.source_env, RELATION_DEVICE_CODE, a.device_code)
+
+
+def _by_device_code(ledger: Ledger, artifact: Artifact, tier: Tier) -> list[tuple[Applies, VerdictFact]]:
+    """Other envs' artifact-gpu verdicts on wheels whose device code is identical to ``artifact``'s wheel's."""
+    if tier is not Tier.ARTIFACT_GPU:
+        return []
+    return [(a, v) for a, v in ledger.inherited(artifact.id) if a.relation == RELATION_DEVICE_CODE]
+
+
 def _inherited(ledger: Ledger, artifact: Artifact, tier: Tier) -> list[tuple[Applies, VerdictFact]]:
     """Other envs' verdicts of a wheel ``tier`` that this ledger's applies bring to ``artifact``'s very wheel."""
     if tier.subject is not Subject.WHEEL:
         return []  # an image is judged in its own env only
     subject = artifact.subject(Subject.WHEEL)
-    return [(a, v) for a, v in ledger.inherited(artifact.id) if v.tier is tier and v.subject == subject]
+    return [
+        (a, v)
+        for a, v in ledger.inherited(artifact.id)
+        if a.relation is None and v.tier is tier and v.subject == subject
+    ]
 
 
-def judgements(ledger: Ledger, artifact: Artifact) -> dict[Tier, Judgement]:
-    return {t: judge(ledger, artifact, t) for t in TIER_ORDER}
+def judgements(ledger: Ledger, artifact: Artifact, accepts: tuple[str, ...] | None = None) -> dict[Tier, Judgement]:
+    return {t: judge(ledger, artifact, t, accepts) for t in TIER_ORDER}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +222,9 @@ class GateDecision:
         return tuple(j.tier.value for j in self.passed)
 
 
-def gate(ledger: Ledger, input_hash: str, image_id: str, policy: Policy) -> GateDecision:
+def gate(
+    ledger: Ledger, input_hash: str, image_id: str, policy: Policy, accepts: tuple[str, ...] | None = None
+) -> GateDecision:
     """May the image ``image_id`` built at ``input_hash`` be published under ``policy``? Reads only the ledger."""
     arts = artifacts_of_image(ledger, input_hash, image_id)
     if not arts:
@@ -183,7 +237,7 @@ def gate(ledger: Ledger, input_hash: str, image_id: str, policy: Policy) -> Gate
     # An image holds one wheel; several artifact facts for it (re-runs) agree on it by construction.
     best: dict[Tier, Judgement] = {}
     for art in arts:
-        for tier, j in judgements(ledger, art).items():
+        for tier, j in judgements(ledger, art, accepts).items():
             if tier not in best or (j.passed and not best[tier].passed):
                 best[tier] = j
     reasons = []
@@ -204,6 +258,8 @@ class Summary:
     tiers: dict[str, str]
     wheel: str | None  # the latest build's wheel file name
     published: tuple[str, ...]  # the tags of the publications at this input hash
+    device_code: str | None = None  # the device-code digest of that wheel, when recorded
+    gpu_how: str | None = None  # the GPU judgement of that build, as one line
 
 
 def _source_verdicts(ledger: Ledger, input_hash: str) -> dict[str, str]:
@@ -212,25 +268,39 @@ def _source_verdicts(ledger: Ledger, input_hash: str) -> dict[str, str]:
     return {j.tier.value: str(j.verdict.verdict) for j in found if j.verdict is not None}
 
 
-def _tier_verdicts(ledger: Ledger, art: Artifact) -> dict[str, str]:
+def _tier_verdicts(ledger: Ledger, art: Artifact, accepts: tuple[str, ...] | None = None) -> dict[str, str]:
     out = {}
-    for tier, j in judgements(ledger, art).items():
+    for tier, j in judgements(ledger, art, accepts).items():
         if j.verdict is not None:
-            mark = f"(applies:{j.source_env})" if j.source_env else "(applies)" if j.how.startswith("applies") else ""
+            if j.relation == RELATION_DEVICE_CODE:
+                mark = f"(device-code:{j.source_env})"
+            elif j.source_env:
+                mark = f"(applies:{j.source_env})"
+            else:
+                mark = "(applies)" if j.how.startswith("applies") else ""
             out[tier.value] = f"{j.verdict.verdict}{mark}"
     return out
 
 
-def summary(ledger: Ledger, input_hash: str) -> Summary:
+def summary(ledger: Ledger, input_hash: str, accepts: tuple[str, ...] | None = None) -> Summary:
     arts = ledger.artifacts(input_hash)
     tags = tuple(dict.fromkeys(t for pub in ledger.publications(input_hash) for t in pub.tags))
     if not arts:
         return Summary(status(ledger, input_hash), _source_verdicts(ledger, input_hash), None, tags)
     art = max(arts, key=lambda a: a.date)
-    return Summary(status(ledger, input_hash), _tier_verdicts(ledger, art), art.wheel, tags)
+    found = judgements(ledger, art, accepts)
+    gpu = next((found[t] for t in GPU_TIERS if found[t].passed), None) or found[Tier.ARTIFACT_GPU]
+    return Summary(
+        status(ledger, input_hash, accepts),
+        _tier_verdicts(ledger, art, accepts),
+        art.wheel,
+        tags,
+        ledger.device_code_of(art.wheel_sha256),
+        gpu.line(),
+    )
 
 
-def status(ledger: Ledger, input_hash: str) -> str:
+def status(ledger: Ledger, input_hash: str, accepts: tuple[str, ...] | None = None) -> str:
     """One line for `flashkit matrix` and doctor: each tier's state for the latest build at ``input_hash``."""
     arts = ledger.artifacts(input_hash)
     if not arts and _source_verdicts(ledger, input_hash):
@@ -241,13 +311,15 @@ def status(ledger: Ledger, input_hash: str) -> str:
             older = ledger.input_hashes()[-1]
             return f"not verified at this input hash (the ledger's latest is {older[:20]})"
         return "not verified"
-    verdicts = _tier_verdicts(ledger, max(arts, key=lambda a: a.date))
+    verdicts = _tier_verdicts(ledger, max(arts, key=lambda a: a.date), accepts)
     return " ".join(f"{tier}:{v}" for tier, v in verdicts.items()) or "not verified (no tier ran)"
 
 
-def latest_decision(ledger: Ledger, input_hash: str, policy: Policy) -> GateDecision:
+def latest_decision(
+    ledger: Ledger, input_hash: str, policy: Policy, accepts: tuple[str, ...] | None = None
+) -> GateDecision:
     """The gate for the latest build at ``input_hash`` (refused when there is none)."""
     arts = ledger.artifacts(input_hash)
     if not arts:
         return GateDecision(False, (f"no build at input hash {input_hash}",), ())
-    return gate(ledger, input_hash, max(arts, key=lambda a: a.date).image_id, policy)
+    return gate(ledger, input_hash, max(arts, key=lambda a: a.date).image_id, policy, accepts)

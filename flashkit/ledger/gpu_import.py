@@ -29,7 +29,14 @@ from typing import Any
 
 from flashkit.binary.fatbin import targets_cover
 from flashkit.core import safeio
-from flashkit.core.errors import EnvMismatch, EvidenceMismatch, ResultMalformed, SpecError, UnknownArtifact
+from flashkit.core.errors import (
+    DeviceCodeMismatch,
+    EnvMismatch,
+    EvidenceMismatch,
+    ResultMalformed,
+    SpecError,
+    UnknownArtifact,
+)
 from flashkit.core.names import Tier, Verdict
 from flashkit.core.textcheck import control_characters
 from flashkit.evidence.junit import JunitError, junit_counts, suite_verdict
@@ -42,6 +49,7 @@ from flashkit.plan.spec import EnvSpec
 
 MAX_RESULT_BYTES = 1 * safeio.MIB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _REPORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.xml")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -103,8 +111,15 @@ def _check_values(shown: str, data: dict[str, Any]) -> None:
     if not is_input_hash(data["input_hash"]):
         raise _field(shown, "input_hash", f"{data['input_hash']!r} is not a flashkit input hash (fk1-<64 hex>)")
     wheel = data["judged"].get("wheel_sha256")
-    if set(data["judged"]) != {"wheel_sha256"} or not isinstance(wheel, str) or not _SHA256.fullmatch(wheel):
-        raise _field(shown, "judged", "must be exactly {'wheel_sha256': <64 hex>}")
+    code = data["judged"].get("device_code", "sha256:" + "0" * 64)
+    if (
+        not set(data["judged"]) <= {"wheel_sha256", "device_code"}
+        or not isinstance(wheel, str)
+        or not _SHA256.fullmatch(wheel)
+        or not isinstance(code, str)
+        or not _DIGEST.fullmatch(code)
+    ):
+        raise _field(shown, "judged", "must be {'wheel_sha256': <64 hex>[, 'device_code': 'sha256:<64 hex>']}")
     if data["verdict"] not in {v.value for v in Verdict}:
         raise _field(shown, "verdict", f"{data['verdict']!r} is not one of {', '.join(v.value for v in Verdict)}")
     for key, value in data["counts"].items():
@@ -166,18 +181,39 @@ def check_env(shown: str, data: dict[str, Any], spec: EnvSpec) -> None:
     if data["env"] != str(spec.id):
         raise EnvMismatch(f"{shown}: field env: the result is for {data['env']!r}, not {spec.id}")
     torch = host.get("torch", "")
-    if ".".join(torch.split("+")[0].split(".")[:2]) != spec.torch_series:
+    series = ".".join(torch.split("+")[0].split(".")[:2])
+    if spec.torch_abi == "stable":
+        # The env's wheel binds to torch's stable C ABI: a run under any torch at or after the env's judges it.
+        if not re.fullmatch(r"[0-9]+\.[0-9]+", series) or _series(series) < _series(spec.torch_series):
+            raise EnvMismatch(
+                f"{shown}: field host.torch: {torch!r} is older than the env's torch {spec.torch_series}, "
+                "the oldest its stable-ABI wheel serves"
+            )
+    elif series != spec.torch_series:
         raise EnvMismatch(f"{shown}: field host.torch: {torch!r} is not the env's torch {spec.torch_series}.x")
     if spec.accelerator.kind == "cuda":
-        cuda = host.get("torch_cuda", "")
+        # The CUDA runtime the extension ran on: torch's own, or the env's runtime carried beside it.
+        field, cuda = (
+            ("cuda_runtime", host["cuda_runtime"])
+            if host.get("cuda_runtime")
+            else (
+                "torch_cuda",
+                host.get("torch_cuda", ""),
+            )
+        )
         if cuda.split(".")[0] != str(spec.accelerator.major):
-            raise EnvMismatch(f"{shown}: field host.torch_cuda: {cuda!r}; the env is CUDA {spec.accelerator.major}")
+            raise EnvMismatch(f"{shown}: field host.{field}: {cuda!r}; the env is CUDA {spec.accelerator.major}")
         cap = host.get("capability", "")
         if not re.fullmatch(r"[0-9]{1,2}\.[0-9]", cap) or not targets_cover(spec.gpu_targets, cap):
             raise EnvMismatch(
                 f"{shown}: field host.capability: {cap!r} is not a GPU the env's gpu_targets "
                 f"{list(spec.gpu_targets)} serve"
             )
+
+
+def _series(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
 
 
 def import_result(root: Path, spec: EnvSpec, path: Path, junit: Path | None = None) -> VerdictFact:
@@ -200,6 +236,14 @@ def import_result(root: Path, spec: EnvSpec, path: Path, junit: Path | None = No
             f"{data['input_hash'][:20]} produced (wheels there: {', '.join(known)})",
             hint=f"run the check on the wheel `flashkit build {spec.id}` exported, or build it first",
         )
+    code = data["judged"].get("device_code")
+    recorded = ledger.device_code_of(wheel)
+    if code is not None and recorded is not None and code != recorded:
+        raise DeviceCodeMismatch(
+            f"{shown}: field judged.device_code: the GPU host read device code {code} from the installed wheel, "
+            f"but this ledger records {recorded} for sha256:{wheel[:16]}…",
+            hint="the wheel that ran is not the one recorded; run the check again on the exported wheel",
+        )
     raw = Path(path).read_bytes()
     fact = VerdictFact(
         env=str(spec.id),
@@ -213,7 +257,7 @@ def import_result(root: Path, spec: EnvSpec, path: Path, junit: Path | None = No
         duration_s=float(data["duration_s"]),
         host={k: v[:200] for k, v in data["host"].items()},
         source="imported",
-        context={"image_id": holders[0].image_id, "wheel_sha256": wheel},
+        context={"image_id": holders[0].image_id, "wheel_sha256": wheel, **({"device_code": code} if code else {})},
         evidence={
             "result_sha256": hashlib.sha256(raw).hexdigest(),
             **({"junit_sha256": data["evidence"]["junit_sha256"]} if ran else {}),

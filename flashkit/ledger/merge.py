@@ -77,5 +77,11 @@ def merge(root: Path, paths: Sequence[Path]) -> Merged:
             more = record.inherited_applies(root, store.load(root, env))
             if more:
                 inherited[env] = inherited.get(env, 0) + len(store.append(root, env, more)[1])
+        # Device code: this env's new device code or GPU verdicts may reach other envs, and it may gain some.
+        own = record.device_code_applies(root, store.load(root, env))
+        if own:
+            inherited[env] = inherited.get(env, 0) + len(store.append(root, env, own)[1])
+        for other, facts in record.propagate_device_code(root, env, store.load(root, env), added[env]).items():
+            inherited[other] = inherited.get(other, 0) + len(facts)
     counts = {env: (len(added[env]), len(by_env[env])) for env in sorted(by_env)}
     return Merged(counts, {k: v for k, v in sorted(inherited.items()) if v})

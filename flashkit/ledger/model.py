@@ -1,6 +1,6 @@
 """The ledger's facts: typed, content-addressed values, each one line of ``verified/<env>.jsonl``.
 
-Four kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json``):
+Five kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json``):
 
 - ``artifact``: what a build produced for an input hash: the runtime image id, the builder and base
   ids, the exported wheel's name and sha256, the lock hash, the (credential-free) build context, and who
@@ -13,6 +13,9 @@ Four kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json`
   ``source_env`` set, the verdict is in another env's ledger: this env's image installs the very wheel
   that env built (``wheel_from``), and only wheel tiers are inherited that way (see
   :mod:`flashkit.ledger.record`).
+- ``device-code``: the device code of a build's wheel (every cubin and PTX payload, and their digest). With
+  ``relation="device-code"``, an ``applies`` carries another env's artifact-gpu verdict on another wheel whose
+  device code is identical (issue 32; :mod:`flashkit.ledger.device_code`).
 - ``publication``: an image pushed to a registry: repository, manifest digest, tags, policy, the
   judged and the published image ids, the verdicts the gate relied on, and the signed attestation
   attached to the digest (its manifest digest, tag, key id and predicate types).
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flashkit.core.names import Subject, Tier, Verdict
+from flashkit.evidence import devicecode
 
 SCHEMA = 2
 
@@ -157,6 +161,11 @@ class Applies(Fact):
     # The env whose ledger holds the verdict (None: this one). Only for wheel tiers, and one level deep: the
     # verdict named is that env's own, never one it inherited in turn.
     source_env: str | None = None
+    # None: the verdict judged this very wheel (a rebuild, or the wheel_from file). "device-code": it judged
+    # another wheel whose device code is identical (``device_code``, the digest both device-code facts
+    # record); ``subject`` is then the wheel the verdict judged, not this build's.
+    relation: str | None = None
+    device_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +184,27 @@ class Publication(Fact):
     attestation: dict[str, Any] | None = None  # digest, tag, key_id, predicate_types of the signed attestation
 
 
-KINDS: dict[str, type[Fact]] = {c.kind: c for c in (Artifact, VerdictFact, Applies, Publication)}
+@dataclass(frozen=True)
+class DeviceCodeFact(Fact):
+    """The device code of a build's wheel (:mod:`flashkit.evidence.devicecode`): every cubin and PTX payload
+    per extension, and their digest. Content-addressed twice: the fact by its id, the code by ``digest``,
+    which reading recomputes from ``extensions`` (an edited listing no longer matches)."""
+
+    kind: ClassVar[str] = "device-code"
+    artifact_id: str  # the build whose exported wheel was read
+    wheel: str
+    wheel_sha256: str
+    digest: str
+    extensions: dict[str, list[dict[str, Any]]]
+    toolchain: dict[str, str] = field(default_factory=dict)  # what made the code: compiler, flags source
+    extracted_on: str = "build-host"  # "build-host" | "gpu-host"
+
+    def summary(self) -> str:
+        return devicecode.DeviceCode.summary_of(self.extensions)
+
+
+KINDS: dict[str, type[Fact]] = {c.kind: c for c in (Artifact, VerdictFact, Applies, Publication, DeviceCodeFact)}
+RELATION_DEVICE_CODE = "device-code"
 
 
 def _plain(value: Any) -> Any:
@@ -196,6 +225,10 @@ def where_it_ran(host: dict[str, str]) -> str:
         parts.append(f"torch {host['torch']}")
     if host.get("torch_cuda"):
         parts.append(f"CUDA {host['torch_cuda']}")
+    if host.get("cuda_runtime"):
+        parts.append(f"the extension on CUDA runtime {host['cuda_runtime']}")
+    if host.get("driver"):
+        parts.append(f"driver {host['driver']}")
     if host.get("hostname"):
         parts.append(f"host {host['hostname']}")
     return ", ".join(parts) or "a host the verdict does not describe"
@@ -233,8 +266,19 @@ def semantic_problem(fact: Fact) -> str | None:
     if isinstance(fact, Applies):
         if fact.subject.kind is not fact.tier.subject:
             return f"tier {fact.tier} judges a {fact.tier.subject}, but this names a {fact.subject.kind}"
+        if (fact.relation is None) != (fact.device_code is None):
+            return "field relation: a device-code relation names its digest in device_code, and only it does"
+        if fact.relation is not None and (fact.source_env is None or fact.tier is not Tier.ARTIFACT_GPU):
+            return "field relation: a device-code relation carries another env's artifact-gpu verdict (source_env)"
         if fact.source_env is not None:
             return cross_env_problem(fact)
+    if isinstance(fact, DeviceCodeFact):
+        try:
+            recomputed = devicecode.digest_of(fact.extensions)
+        except (TypeError, ValueError) as exc:
+            return f"field extensions: not a device-code listing ({exc})"
+        if recomputed != fact.digest:
+            return f"field digest: {fact.digest} is not the digest of the listed payloads ({recomputed})"
     if isinstance(fact, Artifact) and fact.wheel_from is not None and fact.wheel_from.get("env") == fact.env:
         return f"field wheel_from.env: names this env itself ({fact.env}); a build's own wheel has no wheel_from"
     return None

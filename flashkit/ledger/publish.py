@@ -47,7 +47,7 @@ from flashkit.core.atomic import utc_now
 from flashkit.core.errors import PublishRefused, PullBackMismatch, PushFailed, UsageError
 from flashkit.ledger import attest, store
 from flashkit.ledger.gate import GPU_TIERS, GateDecision, Policy, gate
-from flashkit.ledger.model import Publication
+from flashkit.ledger.model import RELATION_DEVICE_CODE, Publication
 from flashkit.ledger.record import append_with_applies
 from flashkit.ledger.registry_api import (
     Registry,
@@ -84,8 +84,10 @@ def refuse_hint(env_id: str, decision: GateDecision) -> str:
     return hint
 
 
-def check_gate(root: Path, env_id: str, input_hash: str, image_id: str, policy: Policy) -> GateDecision:
-    decision = gate(store.load(root, env_id), input_hash, image_id, policy)
+def check_gate(
+    root: Path, env_id: str, input_hash: str, image_id: str, policy: Policy, accepts: tuple[str, ...] | None = None
+) -> GateDecision:
+    decision = gate(store.load(root, env_id), input_hash, image_id, policy, accepts)
     if not decision:
         shown = store.DIR + f"/{env_id}.jsonl"
         raise PublishRefused(
@@ -133,6 +135,7 @@ class PublishRequest:
     tags: tuple[str, ...]
     signing_key: Path | None = None  # required unless dry_run
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # the plan's input-hash manifest
+    gpu_evidence: tuple[str, ...] | None = None  # the spec's gpu_evidence: which GPU evidence the gate accepts
 
 
 def _check_tags(tags: list[str]) -> None:
@@ -164,6 +167,20 @@ def _stage_and_check(reg: Registry, image_id: str, tmp: Path, say) -> tuple[str,
         raise PullBackMismatch(f"{reg.target}@{digest} is image {config_back}, the judged image is {image_id}")
     shutil.rmtree(back)
     return digest, len(body)
+
+
+def relation(j, art) -> dict[str, str]:
+    """What a verdict that reached this image through another artifact stands on, and what it does not cover."""
+    assert j.verdict is not None
+    out = {"kind": j.relation, "source_env": str(j.source_env), "judged_wheel": j.verdict.subject.digest}
+    if j.relation == RELATION_DEVICE_CODE:
+        out.update(
+            device_code=str(j.device_code),
+            this_wheel="sha256:" + art.wheel_sha256,
+            covers="the GPU code only (every cubin and PTX payload, identical); this image's torch binding "
+            "(host code) ran only in its own build, abi and cpu tiers",
+        )
+    return out
 
 
 def predicates(req: PublishRequest, decision: GateDecision, image_id: str, digest: str) -> dict[str, dict]:
@@ -207,6 +224,7 @@ def predicates(req: PublishRequest, decision: GateDecision, image_id: str, diges
                 "source": v.source,
                 "fact": v.id,
                 "how": j.how,
+                **({"relation": relation(j, builds[0])} if j.relation else {}),
             }
         )
     verification = {
@@ -284,7 +302,7 @@ def publish_image(engine, req: PublishRequest, *, dry_run: bool = False, say: Ca
         ) from None
     finally:
         sdk.close()
-    decision = check_gate(req.root, req.env_id, req.input_hash, image_id, req.policy)
+    decision = check_gate(req.root, req.env_id, req.input_hash, image_id, req.policy, req.gpu_evidence)
     say(f"gate: {req.env_id}@{req.input_hash} image {image_id}: {req.policy.describe()} passed")
     for j in decision.passed:
         say(f"  {j.line()}")

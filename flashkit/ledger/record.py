@@ -18,16 +18,27 @@ and a wheel verdict appended to a source later reaches every consumer ledger tha
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 from flashkit.core.atomic import utc_now, write_text_atomic
 from flashkit.core.errors import FlashkitError
 from flashkit.core.names import Subject, Tier, Verdict
+from flashkit.evidence import devicecode
 from flashkit.images.build import BuildResult
 from flashkit.images.tiers import TierOutcome
 from flashkit.ledger import store
-from flashkit.ledger.model import Applies, Artifact, Fact, VerdictFact, source_subject, where_it_ran
+from flashkit.ledger.model import (
+    RELATION_DEVICE_CODE,
+    Applies,
+    Artifact,
+    DeviceCodeFact,
+    Fact,
+    VerdictFact,
+    source_subject,
+    where_it_ran,
+)
 from flashkit.ledger.store import Ledger
 from flashkit.plan.envid import EnvId
 
@@ -206,15 +217,126 @@ def applied_elsewhere(root: Path, verdict: VerdictFact) -> list[Applies]:
 
 def append_with_applies(root: Path, env: str, facts: list[Fact]) -> tuple[Ledger, list[Fact]]:
     """Append ``facts`` and the applies they bring: within the env (a bit-identical digest), inherited by it
-    (its build installs another env's wheel) and, for new wheel verdicts, to the envs that install that wheel
-    (see :func:`propagate`). Returns this env's ledger and what was added to it."""
+    (its build installs another env's wheel), carried by identical device code, and, for new wheel verdicts
+    or device code, to the other envs they reach (see :func:`propagate`). Returns this env's ledger and what
+    was added to it."""
     ledger, added = store.append(root, env, facts)
-    extra = missing_applies(ledger) + inherited_applies(root, ledger)
+    extra = missing_applies(ledger) + inherited_applies(root, ledger) + device_code_applies(root, ledger)
     if extra:
         ledger, more = store.append(root, env, extra)
         added += more
     propagate(root, env, added)
+    propagate_device_code(root, env, ledger, added)
     return ledger, added
+
+
+# -- device code (issue 32) ----------------------------------------------------------------------------------
+def device_code_fact(
+    art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str], *, extracted_on: str = "build-host"
+) -> DeviceCodeFact:
+    return DeviceCodeFact(
+        env=art.env,
+        input_hash=art.input_hash,
+        date=utc_now(),
+        artifact_id=art.id,
+        wheel=art.wheel,
+        wheel_sha256=art.wheel_sha256,
+        digest=code.digest,
+        extensions=code.as_json(),
+        toolchain=toolchain,
+        extracted_on=extracted_on,
+    )
+
+
+def record_device_code(
+    root: Path, art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str]
+) -> tuple[Ledger, list[Fact]]:
+    """Append the device code of ``art``'s wheel (once per wheel) and the relations it brings either way."""
+    current = store.load(root, art.env)
+    if current.device_code_of(art.wheel_sha256) == code.digest:
+        return current, []
+    return append_with_applies(root, art.env, [device_code_fact(art, code, toolchain)])
+
+
+def accepts_device_code(root: Path, env: str) -> bool:
+    """Does ``env``'s spec let GPU verdicts reach it through identical device code (``gpu_evidence``)?"""
+    from flashkit.plan.specfile import load_env
+
+    try:
+        return "device-code" in load_env(root, env).gpu_evidence
+    except FlashkitError:
+        return False  # no spec (a removed env), or one that does not read: nothing is claimed for it
+
+
+def device_code_because(art: Artifact, digest: str, v: VerdictFact) -> str:
+    """Why ``v`` (another env's artifact-gpu on another wheel) holds for ``art``, and what it does not cover."""
+    return (
+        f"the wheel sha256:{art.wheel_sha256} of this build carries device code {digest}: the same cubins and PTX, "
+        f"byte for byte, as the wheel {v.subject.digest} that {v.env}'s {v.tier} verdict {v.id[7:19]} judged; it "
+        f"ran in {v.env} on {where_it_ran(v.host)}, not in this env. It covers the GPU code only: this env's torch "
+        f"binding (host code) is judged by its own build, abi and cpu tiers"
+    )
+
+
+def _ledgers_naming(root: Path, digests: set[str], skip: str) -> list[Ledger]:
+    """The other envs' ledgers (their own facts) that record one of ``digests`` as device code."""
+    out = []
+    for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
+        env = path.name.removesuffix(".jsonl")
+        if env == skip:
+            continue
+        try:
+            EnvId.parse(env)
+        except FlashkitError:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if '"device-code"' in text and any(d in text for d in digests):
+            out.append(store.load_own(root, env))
+    return out
+
+
+def device_code_applies(root: Path, ledger: Ledger) -> list[Applies]:
+    """A device-code ``applies`` for every (build here, another env's own artifact-gpu verdict) pair whose
+    wheels carry the same recorded device code, when this env's spec accepts such evidence."""
+    mine = {a.id: ledger.device_code_of(a.wheel_sha256) for a in ledger.artifacts()}
+    digests = {d for d in mine.values() if d}
+    if not digests or not accepts_device_code(root, ledger.env):
+        return []
+    done = {(a.verdict_id, a.artifact_id) for a in ledger.applies()}
+    out = []
+    for other in _ledgers_naming(root, digests, ledger.env):
+        for v in other.verdicts():
+            if v.tier is not Tier.ARTIFACT_GPU:
+                continue
+            code = other.device_code_of(v.subject.digest.removeprefix("sha256:"))
+            for art in ledger.artifacts():
+                if code is None or mine[art.id] != code or (v.id, art.id) in done:
+                    continue
+                done.add((v.id, art.id))
+                applies = _applies(v, art, device_code_because(art, code, v), source_env=other.env)
+                out.append(dataclasses.replace(applies, relation=RELATION_DEVICE_CODE, device_code=code))
+    return out
+
+
+def propagate_device_code(root: Path, env: str, ledger: Ledger, added: list[Fact]) -> dict[str, list[Fact]]:
+    """After ``added`` reached ``env``: the device-code relations it brings to the other envs (a new GPU verdict
+    on a wheel whose device code they share, or new device code that matches a verdict's), by env."""
+    digests = {f.digest for f in added if isinstance(f, DeviceCodeFact)}
+    for f in added:
+        if isinstance(f, VerdictFact) and f.tier is Tier.ARTIFACT_GPU:
+            code = ledger.device_code_of(f.subject.digest.removeprefix("sha256:"))
+            if code:
+                digests.add(code)
+    out: dict[str, list[Fact]] = {}
+    if not digests:
+        return out
+    for other in _ledgers_naming(root, digests, env):
+        extra = device_code_applies(root, store.load(root, other.env))
+        if extra:
+            more = store.append(root, other.env, extra)[1]
+            if more:
+                out[other.env] = more
+    return out
 
 
 def record_build(root: Path, res: BuildResult) -> tuple[Ledger, Artifact, list[Fact]]:

@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from flashkit.core import safeio
-from flashkit.core.errors import RecordError
+from flashkit.core.errors import DeviceCodeMismatch, RecordError
 from flashkit.ledger.model import (
+    RELATION_DEVICE_CODE,
     Applies,
     Artifact,
+    DeviceCodeFact,
     Fact,
     Publication,
     VerdictFact,
@@ -118,6 +120,15 @@ class Ledger:
             if a.source_env is not None and a.artifact_id == artifact_id and a.verdict_id in self.foreign
         ]
 
+    def device_codes(self, wheel_sha256: str | None = None) -> list[DeviceCodeFact]:
+        """The device-code facts of this ledger (of one wheel's sha256, hex, when given)."""
+        return [f for f in self.facts if isinstance(f, DeviceCodeFact) and wheel_sha256 in (None, f.wheel_sha256)]
+
+    def device_code_of(self, wheel_sha256: str) -> str | None:
+        """The device-code digest recorded for a wheel (the first recorded; every one agrees, see reading)."""
+        found = self.device_codes(wheel_sha256)
+        return found[0].digest if found else None
+
     def publications(self, input_hash: str | None = None) -> list[Publication]:
         return [f for f in self.facts if isinstance(f, Publication) and input_hash in (None, f.input_hash)]
 
@@ -159,7 +170,24 @@ def _parse(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str,
         if fact.id not in seen:
             seen[fact.id] = where
             facts.append(fact)
+        if isinstance(fact, DeviceCodeFact):
+            _one_digest_per_wheel(fact, facts, where)
     return Ledger(env or "", tuple(facts)), seen
+
+
+def _one_digest_per_wheel(fact: DeviceCodeFact, facts: list[Fact], where: str) -> None:
+    """The device code is a function of the wheel's bytes: two facts for one wheel must agree."""
+    for other in facts:
+        if (
+            isinstance(other, DeviceCodeFact)
+            and other.wheel_sha256 == fact.wheel_sha256
+            and other.digest != fact.digest
+        ):
+            raise DeviceCodeMismatch(
+                f"{where}: field digest: wheel sha256:{fact.wheel_sha256[:16]}… is recorded with device code "
+                f"{fact.digest} here and {other.digest} earlier; one wheel has one device code",
+                hint="restore the file from git; the ledger is append-only",
+            )
 
 
 def load(root: Path, env: str) -> Ledger:
@@ -206,8 +234,15 @@ def resolve_foreign(
     arts = {f.id: f for f in facts if isinstance(f, Artifact)}
     sources: dict[str, dict[str, Fact]] = {}
     out: dict[str, VerdictFact] = {}
+    own_codes = [f for f in facts if isinstance(f, DeviceCodeFact)]
     for a in applies:
         if a.source_env is None:
+            continue
+        if a.relation == RELATION_DEVICE_CODE:
+            if a.source_env not in sources:
+                shown = safeio.describe(ledger_path(root, a.source_env), root)
+                sources[a.source_env] = _source_facts(root, a, where(a), shown)
+            out[a.verdict_id] = _device_code_relation(root, a, arts, own_codes, sources[a.source_env], where(a))
             continue
         art = arts.get(a.artifact_id)
         if art is None or (art.wheel_from or {}).get("env") != a.source_env or art.subject(a.tier.subject) != a.subject:
@@ -237,6 +272,58 @@ def resolve_foreign(
             )
         out[a.verdict_id] = fact
     return out
+
+
+_RELATION_HINT = (
+    "a device-code relation holds only between wheels whose recorded device code is identical; restore both "
+    "ledgers from git, or record the device code again (`flashkit ledger device-code ENV`) and let flashkit "
+    "write the relation"
+)
+
+
+def _device_code_relation(
+    root: Path,
+    a: Applies,
+    arts: dict[str, Artifact],
+    own_codes: list[DeviceCodeFact],
+    source: dict[str, Fact],
+    at: str,
+) -> VerdictFact:
+    """The verdict a device-code applies names, once every link of the relation is checked: this build's wheel
+    has device code ``a.device_code`` (a device-code fact here), the verdict is the source env's own
+    artifact-gpu on a wheel whose device code the source ledger records as the same digest, and the verdict's
+    own record of what ran (when the GPU host computed it) agrees. Anything else: exit 34."""
+    art = arts.get(a.artifact_id)
+    if art is None:
+        raise DeviceCodeMismatch(
+            f"{at}: field artifact_id: {a.artifact_id} is not a build in this ledger", hint=_RELATION_HINT
+        )
+    mine = {f.digest for f in own_codes if f.wheel_sha256 == art.wheel_sha256}
+    if a.device_code not in mine:
+        said = ", ".join(sorted(mine)) or "none recorded"
+        raise DeviceCodeMismatch(
+            f"{at}: field device_code: {a.device_code} is not the device code of this build's wheel "
+            f"sha256:{art.wheel_sha256[:16]}… ({said})",
+            hint=_RELATION_HINT,
+        )
+    verdict = source.get(a.verdict_id)
+    if not isinstance(verdict, VerdictFact) or verdict.tier is not a.tier or verdict.subject != a.subject:
+        raise DeviceCodeMismatch(
+            f"{at}: field verdict_id: {a.source_env}'s ledger has no {a.tier} verdict {a.verdict_id[7:19]} "
+            f"on {a.subject.digest}",
+            hint=_RELATION_HINT,
+        )
+    judged = a.subject.digest.removeprefix("sha256:")
+    theirs = {f.digest for f in source.values() if isinstance(f, DeviceCodeFact) and f.wheel_sha256 == judged}
+    ran = verdict.context.get("device_code")
+    if a.device_code not in theirs or (ran is not None and ran != a.device_code):
+        said = ", ".join(sorted(theirs | ({ran} if ran else set()))) or "none recorded"
+        raise DeviceCodeMismatch(
+            f"{at}: field device_code: the wheel {a.subject.digest[:23]}… that verdict {a.verdict_id[7:19]} of "
+            f"{a.source_env} judged has device code {said}, not {a.device_code}",
+            hint=_RELATION_HINT,
+        )
+    return verdict
 
 
 def _source_facts(root: Path, a: Applies, at: str, shown: str) -> dict[str, Fact]:

@@ -16,6 +16,7 @@ from flashkit.core.names import Tier, Verdict
 from flashkit.images.build import BuildResult, load_result
 from flashkit.images.engine import Engine
 from flashkit.images.tiers import TierOutcome, run_tiers
+from flashkit.ledger.device_code import record_for_build
 from flashkit.ledger.gate import Judgement, judgements
 from flashkit.ledger.model import Artifact
 from flashkit.ledger.record import record_build, record_outcomes
@@ -40,6 +41,7 @@ def verify_build(
     on_output: Callable[[str], None] | None = None,
 ) -> tuple[Artifact, list[TierOutcome], dict[Tier, Judgement]]:
     _ledger, artifact, _added = record_build(root, res)
+    record_for_build(root, plan.spec, artifact, Path(res.wheel_path))
     outcomes = run_tiers(engine, plan.spec, res, tiers, on_output=on_output)
     ledger, _added = record_outcomes(root, artifact, outcomes)
     return artifact, outcomes, judgements(ledger, artifact)

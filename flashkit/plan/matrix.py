@@ -23,6 +23,8 @@ class LedgerView:
     tiers: dict[str, str] = field(default_factory=dict)
     wheel: str | None = None
     published: tuple[str, ...] = ()
+    device_code: str | None = None  # the latest build's wheel's device-code digest, when recorded
+    gpu_how: str | None = None  # how its GPU judgement reaches it (own, applies, via device code ...)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class MatrixRow:
     wheel: str | None  # that build's wheel file name
     wheel_local: str | None  # its local version: cu130torch2.11cxx11abitrue
     published: tuple[str, ...]  # tags published at the current input hash
+    gpu_evidence: tuple[str, ...]  # which GPU evidence the env's gate accepts (spec gpu_evidence)
+    device_code: str | None  # the device-code digest of that build's wheel, when recorded
+    gpu_how: str | None  # how the GPU verdict reaches that build
 
     def to_json(self) -> dict:
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -114,4 +119,7 @@ def row(
         wheel=seen.wheel,
         wheel_local=local_version(seen.wheel),
         published=tuple(seen.published),
+        gpu_evidence=tuple(spec.gpu_evidence),
+        device_code=seen.device_code,
+        gpu_how=seen.gpu_how,
     )

@@ -86,6 +86,14 @@ class Base:
         return self.ref.rsplit(":", 1)[1]
 
 
+GPU_EVIDENCE = ("own", "wheel-from", "device-code")
+
+
+def default_gpu_evidence(wheel_from: str | None) -> tuple[str, ...]:
+    """What an env accepts when its spec does not say: its own verdicts, and its wheel source's."""
+    return ("own", "wheel-from") if wheel_from else ("own",)
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     id: EnvId
@@ -105,6 +113,12 @@ class EnvSpec:
     # Another env whose builder's wheel this env installs instead of compiling its own (a stable-ABI wheel
     # serves every torch >= 2.10 of its CUDA major); checked against that env by flashkit.plan.plan.
     wheel_from: str | None = None
+    # Which GPU evidence this env's publish gate accepts (`gpu_evidence:`). A verification policy, not a
+    # build input: it is left out of the input hash, so declaring it never voids a build or its verdicts.
+    #   own          a gpu or artifact-gpu verdict on this env's own image or wheel;
+    #   wheel-from   the source env's artifact-gpu on the very wheel this image installs (wheel_from);
+    #   device-code  another env's artifact-gpu on a wheel whose device code is identical to this wheel's.
+    gpu_evidence: tuple[str, ...] = ("own",)
     schema: int = SCHEMA_VERSION
 
     @property

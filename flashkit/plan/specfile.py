@@ -32,11 +32,13 @@ from flashkit.plan.spec import (
     BACKENDS,
     COMPILER_SOURCES,
     FLAVORS,
+    GPU_EVIDENCE,
     SCHEMA_VERSION,
     Accelerator,
     Base,
     Compiler,
     EnvSpec,
+    default_gpu_evidence,
 )
 
 MAX_SPEC_BYTES = 64 * 1024
@@ -75,6 +77,7 @@ _TOP = {
     "kernel_source": False,
     "notes": False,
     "wheel_from": False,
+    "gpu_evidence": False,
 }
 _BASE = {
     "flavor": True,
@@ -482,6 +485,20 @@ def _wheel_from(r: _Reader, value: object, env_id: str) -> str | None:
     return value
 
 
+def _gpu_evidence(r: _Reader, value: object, wheel_from: str | None) -> tuple[str, ...] | None:
+    """Which GPU evidence the env's gate accepts (``own``, ``wheel-from``, ``device-code``); see EnvSpec."""
+    items = r.string_list(value, "gpu_evidence")
+    if items is None:
+        return None
+    out = []
+    for i, item in enumerate(items):
+        if r.choice(item, f"gpu_evidence[{i}]", GPU_EVIDENCE) is not None:
+            out.append(item)
+    if "wheel-from" in out and wheel_from is None:
+        r.error("gpu_evidence", "'wheel-from' needs wheel_from: this env builds its own wheel")
+    return tuple(out)
+
+
 def _agrees_with_id(r: _Reader, eid: EnvId, env_id: str, accel: Accelerator | None, torch: str | None) -> None:
     """The id in the file name states accelerator and torch series; the fields must agree with it."""
     if accel is not None and (accel.kind != eid.accel_kind or accel.version != eid.accel_version):
@@ -541,6 +558,7 @@ def parse_spec(text: str, *, env_id: str, display: str, source: Path, repo_root:
     kernel_source = _kernel_source(r, top["kernel_source"], repo_root) if "kernel_source" in top else paths.KERNELS_DIR
     notes = r.free_text(top.get("notes"), "notes")
     wheel_from = _wheel_from(r, top["wheel_from"], env_id) if "wheel_from" in top else None
+    evidence = _gpu_evidence(r, top["gpu_evidence"], wheel_from) if "gpu_evidence" in top else None
     _agrees_with_id(r, eid, env_id, accel, torch)
     values = (python, torch, cxx11, accel, compiler, targets, backends, base, tags, exclude_newer, kernel_source)
     if r.errors or any(v is None for v in values):
@@ -561,6 +579,7 @@ def parse_spec(text: str, *, env_id: str, display: str, source: Path, repo_root:
         kernel_source=kernel_source,
         notes=notes,
         wheel_from=wheel_from,
+        gpu_evidence=evidence or default_gpu_evidence(wheel_from),
     )
 
 

@@ -1,0 +1,79 @@
+"""Recording a build's device code, and reading it back for people.
+
+The device code of a wheel (:mod:`flashkit.evidence.devicecode`) is recorded once per wheel as a
+``device-code`` fact that names the build it was read from. Every build records it as it is verified; a
+build made before this existed gets it from ``flashkit ledger device-code ENV``, which reads the exported
+wheel, checks that its sha256 is the one a build in the ledger produced, and appends the fact.
+
+Recording it is what lets a GPU verdict follow the code: an artifact-gpu verdict on one wheel reaches
+another env's build when that build's wheel carries the identical device-code digest and the env's spec
+accepts such evidence (``gpu_evidence: [..., device-code]``); see :mod:`flashkit.ledger.record`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from flashkit.core.errors import UnknownArtifact
+from flashkit.evidence import devicecode
+from flashkit.ledger import record, store
+from flashkit.ledger.model import Applies, Artifact, DeviceCodeFact, Fact
+from flashkit.plan.spec import EnvSpec
+
+
+def toolchain_of(spec: EnvSpec) -> dict[str, str]:
+    """What made the code, as the spec declares it (the listing itself is the evidence; this is the label)."""
+    return {
+        "compiler": f"nvcc {spec.compiler.version or '(the base image’s)'} from {spec.compiler.source}",
+        "accelerator": f"{spec.accelerator.kind} {spec.accelerator.version}",
+        "gpu_targets": ",".join(spec.gpu_targets),
+        "torch_binding": spec.torch_abi,
+    }
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def record_for_build(root: Path, spec: EnvSpec, art: Artifact, wheel: Path) -> tuple[DeviceCodeFact | None, list[Fact]]:
+    """Read ``wheel`` (the file ``art`` exported) and record its device code; (None, []) for a wheel with none
+    (Triton-only). Returns the device-code fact that holds for the wheel and what was appended anywhere."""
+    code = devicecode.of_wheel(str(wheel))
+    if not code.extensions:
+        return None, []
+    ledger, added = record.record_device_code(root, art, code, toolchain_of(spec))
+    fact = next(f for f in (*added, *ledger.device_codes(art.wheel_sha256)) if isinstance(f, DeviceCodeFact))
+    return fact, added
+
+
+def record_for_wheel(root: Path, spec: EnvSpec, wheel: Path) -> tuple[Artifact, DeviceCodeFact | None, list[Fact]]:
+    """The device code of a wheel some build of ``spec``'s env exported (found by sha256; exit 25 otherwise)."""
+    sha = _sha256(wheel)
+    ledger = store.load(root, str(spec.id))
+    arts = [a for a in ledger.artifacts() if a.wheel_sha256 == sha]
+    if not arts:
+        known = sorted({a.wheel_sha256[:16] for a in ledger.artifacts()}) or ["none"]
+        raise UnknownArtifact(
+            f"{wheel}: sha256 {sha} is not a wheel any build of {spec.id} produced (wheels there: {', '.join(known)})",
+            hint=f"pass the wheel `flashkit build {spec.id}` exported (.work/), or build it first",
+        )
+    art = max(arts, key=lambda a: a.date)
+    fact, added = record_for_build(root, spec, art, wheel)
+    return art, fact, added
+
+
+def relations_naming(root: Path, digest: str) -> list[Applies]:
+    """Every device-code relation, in any env's ledger, that rests on ``digest``."""
+    out = []
+    for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
+        if digest not in path.read_text(encoding="utf-8", errors="replace"):
+            continue
+        ledger = store.load_own(root, path.name.removesuffix(".jsonl"))
+        out += [a for a in ledger.applies() if a.relation and a.device_code == digest]
+    return out
+
+
+def describe(fact: DeviceCodeFact) -> str:
+    return f"device code {fact.digest} ({fact.summary()})"
