@@ -126,3 +126,23 @@ def test_other_build_failures_keep_buildah_s_own_words(tmp_path):
         bh.run("build", "--frobnicate")
     assert "no space" not in str(exc.value) and "unknown flag: --frobnicate" in str(exc.value)
     assert buildah.no_space_error(bh, "x", "write /tmp/f: no such file or directory") is None
+
+
+def test_quiet_build_output_keeps_buildahs_step_lines():
+    """`build --quiet` shows buildah's step headers and stage commits, nothing of the steps' own output."""
+    from flashkit.cli.image_cmds import shown_when_quiet
+
+    shown = [
+        "STEP 1/4: FROM scratch\n",
+        "[3/3] STEP 7/15: RUN /opt/venv/bin/python -m compileall -qq\n",
+        "[3/3] COMMIT flashkit/cu124-torch27:fk2-f903ca22563b08e8\n",
+        "Successfully tagged localhost/flashkit/cu124-torch27:fk2-f903ca22563b08e8\n",
+        'Error: building at STEP "RUN pip install": exit status 1\n',
+    ]
+    hidden = [
+        "  Building wheel for flash_kernels (pyproject.toml): still running...\n",
+        'time="2026-12-04T16:30:41Z" level=warning msg="SHELL is not supported for OCI image format"\n',
+        "#7 [builder 3/9] RUN pip install\n",
+    ]
+    assert all(shown_when_quiet(x) for x in shown)
+    assert not any(shown_when_quiet(x) for x in hidden)

@@ -21,8 +21,14 @@ from flashkit.plan import baselock, rules
 from flashkit.plan.plan import plan_of
 from flashkit.plan.specfile import load_all
 
-# BuildKit's plain progress: "#7 [builder 3/9] RUN ..." opens a step, "#7 DONE 12.3s" / "#7 CACHED" closes it.
-_STEP = re.compile(r"^#\d+ (\[|DONE|CACHED|ERROR)")
+# buildah's progress: "[2/3] STEP 7/15: RUN ..." opens a step (no "[n/m] " for a one-stage file), "[3/3] COMMIT
+# ..." and "Successfully tagged ..." close a stage; "Error: ..." is buildah's own failure line.
+_STEP = re.compile(r"^(?:\[\d+/\d+\] )?(?:STEP \d+/\d+:|COMMIT\b)|^Successfully tagged |^Error: ")
+
+
+def shown_when_quiet(line: str) -> bool:
+    """Does ``build --quiet`` show this line of buildah's output (the log keeps every line)?"""
+    return bool(_STEP.match(line))
 
 
 def build_options(args, **extra) -> build.BuildOptions:
@@ -31,7 +37,7 @@ def build_options(args, **extra) -> build.BuildOptions:
     start = time.monotonic()
 
     def on_line(line: str) -> None:
-        if not quiet or _STEP.match(line):
+        if not quiet or shown_when_quiet(line):
             sys.stderr.write(f"[{time.monotonic() - start:7.1f}s] {line}")
 
     urls = {
