@@ -289,3 +289,15 @@ def test_merged_lines_bring_the_relation_both_ways(root, tmp_path, cli):
     (rel,) = relations(root)
     assert rel.artifact_id == art.id and rel.source_env == SRC
     assert f"{USER}: 1 applies of other envs' verdicts added" in r.out
+
+
+def test_an_unreadable_fat_binary_is_a_tier_error_not_a_crash(root, tmp_path):
+    from flashkit.core.errors import TierError
+    from flashkit.ledger import device_code
+    from flashkit.plan.specfile import load_env
+
+    art = artifact(USER, H2, wheel="bb" * 32)
+    broken = wheel(tmp_path / "broken.whl", elf_with(TU1[:-9]))
+    with pytest.raises(TierError, match=r"device code of broken\.whl cannot be read: .*past the section end") as exc:
+        device_code.record_for_build(root, load_env(root, USER), art, broken)
+    assert exc.value.exit_code == 15

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from flashkit.core.errors import UnknownArtifact
+from flashkit.core.errors import TierError, UnknownArtifact
 from flashkit.evidence import devicecode
 from flashkit.ledger import record, store
 from flashkit.ledger.model import Applies, Artifact, DeviceCodeFact, Fact
@@ -40,7 +40,13 @@ def _sha256(path: Path) -> str:
 def record_for_build(root: Path, spec: EnvSpec, art: Artifact, wheel: Path) -> tuple[DeviceCodeFact | None, list[Fact]]:
     """Read ``wheel`` (the file ``art`` exported) and record its device code; (None, []) for a wheel with none
     (Triton-only). Returns the device-code fact that holds for the wheel and what was appended anywhere."""
-    code = devicecode.of_wheel(str(wheel))
+    try:
+        code = devicecode.of_wheel(str(wheel))
+    except devicecode.DeviceCodeError as exc:
+        raise TierError(
+            f"the device code of {wheel.name} cannot be read: {exc}",
+            hint="the wheel's extension is not a CUDA fat binary flashkit can list; rebuild it, or report the file",
+        ) from None
     if not code.extensions:
         return None, []
     ledger, added = record.record_device_code(root, art, code, toolchain_of(spec))
