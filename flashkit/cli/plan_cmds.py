@@ -295,5 +295,11 @@ def register(sub) -> None:
     s.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept when the workflow runs)")
     s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of the plan, build and merge jobs")
     s.add_argument("--gpu-runner", help="runs-on label of a self-hosted GPU runner (absent: no GPU job)")
-    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="write here (atomically) instead of stdout; folders on the way may be symlinks, followed as the "
+        "path you named leads; a symlink at PATH itself is replaced by the file, never written through",
+    )
     s.set_defaults(run=cmd_ci_workflow)
