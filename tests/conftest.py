@@ -12,6 +12,17 @@ from pathlib import Path
 import pytest
 from kitsupport import FAKE_KERNELS, REPO, snapshot
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the property tests skip themselves; the rest needs no hypothesis
+    pass
+else:
+    # Derandomized: the same examples on every run and host, so a failure reproduces and CI time is fixed.
+    settings.register_profile(
+        "flashkit", derandomize=True, deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile("flashkit")
+
 
 @pytest.fixture
 def kit_repo(tmp_path: Path) -> Path:

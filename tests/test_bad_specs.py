@@ -6,9 +6,16 @@ Every case starts from a real env file of the repository, changes one thing, and
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,43 @@ CASES = [
     Bad("empty-file", T27, (), ("the file is empty",), raw=""),
     Bad("top-level-list", T27, (), ("expected a mapping with keys",), raw="- python\n- torch\n"),
     Bad("duplicate-key", T27, (('python: "3.13"', 'python: "3.13"\npython: "3.12"'),), ("python: field given twice",)),
+    # --- YAML the safe loader refuses: each is the file, the line, the field and what is allowed (not exit 1)
+    Bad(
+        "yaml-unknown-tag",
+        T27,
+        (('torch: "2.7.1"', "torch: !foo bar"),),
+        ("envs/cu124-torch27.yaml:4: torch: the YAML tag '!foo' is not allowed", "allowed: plain values"),
+    ),
+    Bad(
+        "yaml-python-object-tag",
+        T27,
+        (('torch: "2.7.1"', "torch: !!python/object/apply:os.system ['touch /tmp/flashkit-pwned']"),),
+        ("envs/cu124-torch27.yaml:4: torch: the YAML tag '!!python/object/apply:os.system' is not allowed",),
+    ),
+    Bad(
+        "yaml-deep-nesting",
+        T27,
+        (("notes: ", "notes: " + "[" * 20000 + "]" * 20000 + " #"),),
+        ("envs/cu124-torch27.yaml:", "notes[0][0][0][0][0][0][0][0]: nested deeper than 8 levels"),
+    ),
+    Bad(
+        "yaml-complex-key",
+        T27,
+        (('python: "3.13"', 'python: "3.13"\n? [a, b]\n: 1'),),
+        ("envs/cu124-torch27.yaml:", "a key must be a plain field name, not a list or mapping"),
+    ),
+    Bad(
+        "yaml-merge-key",
+        T27,
+        (("accelerator:\n", "accelerator:\n  <<: {kind: cuda}\n"),),
+        ("accelerator: the YAML merge key '<<' is not allowed",),
+    ),
+    Bad(
+        "yaml-impossible-date",
+        T27,
+        (("  suite: trixie", "  suite: 2026-13-01"),),
+        ("base.suite: '2026-13-01' reads as a timestamp but is not a valid one", "quote it"),
+    ),
     # --- missing and unknown fields
     Bad("missing-torch", T27, (('torch: "2.7.1"', ""),), ("torch: missing required field 'torch'",)),
     Bad("missing-nested", T27, (("  kind: cuda\n", ""),), ("accelerator.kind: missing required field 'kind'",)),
@@ -345,3 +389,75 @@ def test_validate_reports_a_bad_spec_among_good_ones(kit_repo, cli):
     res = cli("--repo", str(kit_repo), "validate")
     assert res.code == 3
     assert "unknown field 'pyhton'" in res.err
+
+
+# --- commands that read every env: each broken spec is named, the others are still read, and the exit is 3
+BROKEN = "cu124-torch26"
+
+
+@pytest.fixture
+def one_broken(kit_repo):
+    spec = kit_repo / "envs" / f"{BROKEN}.yaml"
+    spec.write_text(spec.read_text().replace('torch: "2.6.0"', "torch: !!python/object/apply:os.system [x]"))
+    return kit_repo
+
+
+NAMED = f"envs/{BROKEN}.yaml:4: torch: the YAML tag '!!python/object/apply:os.system' is not allowed"
+
+
+def test_matrix_shows_a_broken_spec_as_a_row_and_the_others(one_broken, cli):
+    res = cli("--repo", str(one_broken), "matrix")
+    assert res.code == 3, res.err
+    rows = {line.split()[0]: line for line in res.out.splitlines() if line.startswith(("cu", "rocm"))}
+    assert "??????" in rows[BROKEN] and "cu130-torch211" in rows and "rocm64-torch27" in rows
+    assert NAMED in res.err and "Traceback" not in res.err
+    data = json.loads(cli("--repo", str(one_broken), "matrix", "--json").out)
+    broken = next(r for r in data if r["env"] == BROKEN)
+    assert broken["verdict"] == "invalid" and NAMED in broken["error"]
+    assert sum(r["verdict"] != "invalid" for r in data) == len(data) - 1
+    assert cli("--repo", str(one_broken), "matrix", "--wide").code == 3
+
+
+def test_resolve_answers_from_the_other_envs_and_exits_3(one_broken, cli):
+    res = cli("--repo", str(one_broken), "resolve", "--torch", "2.12.0", "--cuda", "13.0", "--python", "3.12")
+    assert res.code == 3, res.err
+    assert NAMED in res.err and "flashkit resolve: torch 2.12.0" in res.err
+    res = cli("--repo", str(one_broken), "resolve", "--torch", "2.6.0", "--cuda", "12.4", "--json")
+    assert res.code == 3 and NAMED in json.loads(res.out)["broken_specs"][BROKEN]
+
+
+def test_wheelhouse_all_lists_a_broken_spec_as_skipped_and_exits_3(one_broken, cli, tmp_path):
+    out = tmp_path / "wh"
+    res = cli("--repo", str(one_broken), "wheelhouse", "--all", "--out", str(out))
+    assert res.code == 3, res.err
+    manifest = json.loads((out / "wheelhouse.json").read_text())
+    assert "spec invalid" in json.dumps(manifest) and "cu130-torch211" in json.dumps(manifest)
+    assert NAMED in res.err
+
+
+def test_ci_workflow_names_a_broken_spec_and_exits_3(one_broken, cli, tmp_path):
+    out = tmp_path / "ci.yml"
+    res = cli("--repo", str(one_broken), "ci-workflow", "-o", str(out))
+    assert res.code == 3 and NAMED in res.err
+    assert out.is_file()  # the workflow does not depend on the specs' contents
+    assert cli("--repo", str(one_broken), "ci-workflow", "cu130-torch211", "-o", str(out)).code == 0
+    assert cli("--repo", str(one_broken), "ci-workflow", BROKEN, "-o", str(out)).code == 3
+
+
+def test_nox_names_a_broken_spec_and_lists_the_other_envs(one_broken):
+    pytest.importorskip("nox")
+    shutil.copy(REPO / "noxfile.py", one_broken / "noxfile.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "-f", "noxfile.py"], capture_output=True, text=True, cwd=one_broken
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert NAMED in proc.stderr
+    assert "test-cu130-torch211 -> " in proc.stdout and f"test-{BROKEN} " not in proc.stdout
+
+
+def test_doctor_reads_the_other_envs_and_keeps_the_broken_one_apart(one_broken):
+    from flashkit.doctor import repo
+
+    facts = repo.load(one_broken)
+    assert facts.problem is None and NAMED in facts.broken[BROKEN]
+    assert BROKEN not in {str(s.id) for s in facts.specs} and len(facts.specs) > 10

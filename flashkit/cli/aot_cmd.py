@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 from flashkit.cli.common import plans, root, say
@@ -74,8 +76,23 @@ def cmd_show(r: Path, plan: Plan) -> int:
     return 0 if v.passed else NotVerified.exit_code
 
 
+def interpreter(text: str) -> Path:
+    """``--python PATH`` as an executable regular file (a symlink to one is fine); UsageError otherwise. Running
+    /dev/null, a FIFO (which would block) or a folder fails late and unclearly."""
+    path = Path(text)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"--python {text}: {exc.strerror}", hint="give the path of a Python interpreter") from None
+    if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
+        what = "an executable file" if stat.S_ISREG(st.st_mode) else "a regular file"
+        raise UsageError(f"--python {text} is not {what}", hint="give the path of a Python interpreter")
+    return path
+
+
 def cmd_aot(args) -> int:
     r = root(args)
+    python = interpreter(args.python) if args.python else None  # before any work: a bad path is a usage error
     (plan,) = plans(r, args, accepted=True)
     if args.lock:
         return cmd_lock(r, plan)
@@ -85,7 +102,6 @@ def cmd_aot(args) -> int:
     targets, whole = _targets(plan, args.targets)
     recorded = whole and not args.only
     say(f"{plan.env_id}: compiling flash_kernels' Triton kernels for {', '.join(targets)} with triton {pin.version}")
-    python = Path(args.python) if args.python else None
     run = triton_aot.run(plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only, python=python)
     o = run.outcome
     if run.reused:

@@ -14,7 +14,7 @@ from flashkit.binary import elf
 from flashkit.doctor import probe
 from flashkit.doctor import repo as repo_facts
 from flashkit.doctor.diagnose import diagnose, to_json
-from flashkit.doctor.model import EXIT_UNINSPECTED, SCHEMA_VERSION, Diagnosis, Recommendation
+from flashkit.doctor.model import EXIT_UNINSPECTED, SCHEMA_VERSION, Diagnosis, Recommendation, RepoProblem
 
 EXIT_USAGE = 2
 
@@ -35,6 +35,9 @@ exit codes:
       missing while there are modules to check, or doctor itself failed)
   2   usage error
 """
+
+
+_FIX_SPECS = "fix the env spec(s) named above; `flashkit validate` lists every problem"
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -169,6 +172,8 @@ def _run(args: argparse.Namespace) -> int:
         facts = probe.probe(args.python, import_torch=not args.no_import, torch_timeout=args.timeout)
     repo = getattr(args, "repo", None)
     found = repo_facts.load(Path(repo) if repo else None)
+    if found.broken and found.problem is None:  # a recommendation among the others could miss the one that fits
+        found = repo_facts.RepoFacts(None, {}, {}, {}, RepoProblem("\n".join(found.broken.values()), _FIX_SPECS))
     diagnosis = diagnose(
         facts,
         specs=found.specs,

@@ -127,6 +127,7 @@ def cmd_build(args) -> int:
 
 def cmd_gc(args) -> int:
     r = root(args)
+    gc.check_prefix(args.prefix)  # before the engine is asked for anything
     keep = gc.keep_tags([plan_of(r, s) for s in load_all(r)])
     report = gc.collect(ensure_engine(), keep, prefix=args.prefix, dry_run=args.dry_run, build_cache=args.build_cache)
     for tag in report.plan.keep:

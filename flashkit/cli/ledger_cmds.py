@@ -21,7 +21,7 @@ from flashkit.plan import production
 from flashkit.plan.envid import EnvId
 from flashkit.plan.lock import check_python
 from flashkit.plan.plan import plan_of
-from flashkit.plan.specfile import env_ids, load_all, load_env
+from flashkit.plan.specfile import broken_specs, env_ids, load_each, load_env
 
 
 def _tiers(text: str) -> tuple[Tier, ...]:
@@ -157,7 +157,10 @@ def _wheelhouse_all(r: Path, out: Path, policy) -> int:
     """Every env's verified wheel in one index; an env without one is listed as skipped, with the reason."""
     wheel_index.check_out(out)  # before any work: the folder is replaced whole
     checked, skipped = [], {}
-    for spec in load_all(r):
+    specs, broken = load_each(r)
+    for env, exc in broken.items():
+        skipped[env] = f"spec invalid: {str(exc).splitlines()[0]}"
+    for spec in specs:
         try:
             checked.append(_checked_wheelhouse(r, plan_of(r, spec), policy, None))
         except FlashkitError as exc:  # any one env's problem is its own line, not the whole index's failure
@@ -172,6 +175,8 @@ def _wheelhouse_all(r: Path, out: Path, policy) -> int:
     print(
         f"{out}/simple: {len(checked)} verified wheel(s); {len(skipped)} env(s) skipped (see {out}/{wheel_index.MANIFEST})"
     )
+    if broken:  # the index holds the others; the exit code still says that not every env could be read
+        raise broken_specs(broken)
     return 0
 
 

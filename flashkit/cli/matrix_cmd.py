@@ -11,13 +11,13 @@ import json
 import shutil
 from pathlib import Path
 
-from flashkit.cli.common import root
+from flashkit.cli.common import root, say
 from flashkit.core.errors import FlashkitError, LockError
 from flashkit.core.names import TIER_ORDER
 from flashkit.ledger import gate, store
 from flashkit.plan import matrix, production
 from flashkit.plan.plan import Plan, plan_of
-from flashkit.plan.specfile import load_all
+from flashkit.plan.specfile import load_each
 
 WIDTH = 80
 MARK = {"passed": "P", "failed": "F", "not-run": "-", "error": "E"}
@@ -37,8 +37,10 @@ def short_local(local: str) -> str:
 
 
 def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
-    rows = []
-    for spec in load_all(r):
+    """Every env's row, in id order; a spec that does not validate is a row with its error."""
+    specs, broken = load_each(r)
+    rows = [matrix.invalid_row(env, str(exc)) for env, exc in broken.items()]
+    for spec in specs:
         try:
             plan: Plan | None = plan_of(r, spec)
         except LockError:
@@ -58,7 +60,7 @@ def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
                 status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
         cov = production.coverage(spec, prod)
         rows.append(matrix.row(spec, plan, status, cov, prod_problems, seen))
-    return rows
+    return sorted(rows, key=lambda row: row.env)
 
 
 def fit(text: str, width: int) -> str:
@@ -67,7 +69,7 @@ def fit(text: str, width: int) -> str:
 
 
 def tiers_cell(r: matrix.MatrixRow) -> str:
-    if r.status.startswith("unknown"):
+    if r.status.startswith("unknown") or r.verdict == "invalid":
         return "?" * len(TIER_ORDER)
     return "".join(MARK.get(r.tiers.get(t.value, "").split("(")[0], ".") for t in TIER_ORDER)
 
@@ -97,7 +99,9 @@ def compact(rows: list[matrix.MatrixRow]) -> list[str]:
         torch = r.torch.split("+")[0]
         wheel = f"+{short_local(r.wheel_local)}" if r.wheel_local else ("(no local)" if r.wheel else "-")
         out.append(line([r.env, torch, r.python, tiers_cell(r), wheel, published_cell(r.published, last)]))
-        if r.verdict == "rejected":
+        if r.verdict == "invalid":
+            notes.append(f"{r.env}: {r.status}")
+        elif r.verdict == "rejected":
             notes.append(f"{r.env}: rejected by {r.reasons[0].split(':')[0]}")
         elif r.status.startswith("not verified at this input hash"):
             notes.append(f"{r.env}: verdicts only at older input hashes")
@@ -120,7 +124,7 @@ def wide(rows: list[matrix.MatrixRow], verbose: bool) -> None:
     for col in (*cols, "status"):
         table.add_column(col, no_wrap=True)
     for r in rows:
-        verdict = "[green]accepted[/]" if r.verdict == "accepted" else "[red]rejected[/]"
+        verdict = "[green]accepted[/]" if r.verdict == "accepted" else f"[red]{r.verdict}[/]"
         color = {"pinned": "green", "local": "cyan", "unpinned": "yellow"}[r.pin_state]
         base = f"{r.base.split(':', 1)[0]} [{color}]{r.pin_state}[/]"
         cells = (r.env, r.torch, r.accelerator, r.python, r.abi, r.compiler.split()[0], base, verdict, r.lock)
@@ -129,6 +133,11 @@ def wide(rows: list[matrix.MatrixRow], verbose: bool) -> None:
     console = Console(width=max(230, shutil.get_terminal_size().columns))
     console.print(table)
     for r in rows:
+        if r.error:
+            console.print(
+                f"[bold]{r.env}[/]: [red]spec invalid[/]\n  " + r.error.replace("\n", "\n  "), highlight=False
+            )
+            continue
         console.print(f"[bold]{r.env}[/]: {r.base}; {r.hosts_why}", highlight=False)
         if r.wheel or r.published:
             tags = ", ".join(r.published) or "none"
@@ -153,13 +162,17 @@ def wide(rows: list[matrix.MatrixRow], verbose: bool) -> None:
 
 def cmd_matrix(args) -> int:
     rows = _matrix_rows(root(args))
-    code = 4 if any(r.verdict == "rejected" for r in rows) else 0
+    # A broken spec (3) is more fundamental than a rule's rejection (4), as in `flashkit validate`.
+    code = 3 if any(r.verdict == "invalid" for r in rows) else 4 if any(r.verdict == "rejected" for r in rows) else 0
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True))
     elif args.wide or args.verbose:
         wide(rows, args.verbose)
     else:
         print("\n".join(compact(rows)))
+    for r in rows:
+        if r.error:
+            say(r.error)
     return code
 
 

@@ -19,7 +19,7 @@ from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError,
 from flashkit.plan import bake, ci_matrix, ci_workflow, production, resolve, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
-from flashkit.plan.specfile import load_all, load_env
+from flashkit.plan.specfile import broken_specs, load_all, load_each, load_env
 
 
 def write_output(target: str, text: str) -> None:
@@ -218,10 +218,15 @@ def cmd_ci_workflow(args) -> int:
     r = root(args)
     for env in args.envs:  # a named env must exist; which are accepted is decided when the workflow runs
         load_env(r, env)
+    # Without named envs the workflow's plan job runs every env, so every spec must read; the workflow does
+    # not depend on their contents and is written anyway, and each broken spec is named (exit 3).
+    broken = {} if args.envs else load_each(r)[1]
     text = ci_workflow.workflow(runner=args.runner, gpu_runner=args.gpu_runner, envs=tuple(args.envs))
     if not args.gpu_runner:
         say("no --gpu-runner: the workflow has no GPU job and says that the gpu tier is not run")
     _emit(args, text, "a GitHub Actions workflow; put it in .github/workflows/")
+    if broken:
+        raise broken_specs(broken)
     return 0
 
 
@@ -290,5 +295,11 @@ def register(sub) -> None:
     s.add_argument("envs", nargs="*", help="env ids (default: every env the rules accept when the workflow runs)")
     s.add_argument("--runner", default=ci_matrix.DEFAULT_RUNNER, help="runs-on label of the plan, build and merge jobs")
     s.add_argument("--gpu-runner", help="runs-on label of a self-hosted GPU runner (absent: no GPU job)")
-    s.add_argument("-o", "--output", metavar="PATH", help="write here (atomically) instead of stdout")
+    s.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="write here (atomically) instead of stdout; folders on the way may be symlinks, followed as the "
+        "path you named leads; a symlink at PATH itself is replaced by the file, never written through",
+    )
     s.set_defaults(run=cmd_ci_workflow)

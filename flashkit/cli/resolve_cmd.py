@@ -79,15 +79,25 @@ def run(args) -> int:
         problem = facts.problem
         raise SpecError(problem.what if problem else "no env specs", hint=problem.fix if problem else None)
     res = resolve(q, facts.specs, facts.verification, facts.lock_cuda, facts.requirements)
+    for why in facts.broken.values():
+        say(f"left out, its spec does not validate: {why}")
+    # The answer among the other envs is still given, but a broken spec may be the env that fits: exit 3.
+    broken = SpecError.exit_code if facts.broken else 0
     if args.json:
-        print(json.dumps(res.to_json(), indent=2, sort_keys=True))
-        return 0 if res.fits else NoVerifiedFit.exit_code
+        print(json.dumps({**res.to_json(), "broken_specs": facts.broken}, indent=2, sort_keys=True))
+        return broken or (0 if res.fits else NoVerifiedFit.exit_code)
     say(f"flashkit resolve: {_describe(q)} (policy {policy.describe()})")
     if res.fits:
         _print_fit(res)
-        return 0
+        return broken
     for a in res.others:
         _say_answer(a, "does not fit:")
+    if broken:
+        raise SpecError(
+            f"no verified build fits {_describe(q)} among the envs whose specs validate: {res.reason}; "
+            f"{', '.join(facts.broken)} could not be read",
+            hint="fix the spec(s) named above (`flashkit validate` lists every problem), then ask again",
+        )
     raise NoVerifiedFit(
         f"no verified build fits {_describe(q)}: {res.reason}",
         hint="the envs and their state: `flashkit matrix`; a new env is a new envs/<id>.yaml, "

@@ -1,9 +1,9 @@
 """What doctor reads from a flashkit checkout: the specs, each env's verification status, its lockfiles
 and the Pythons its production requirements cover.
 
-An edge, separate from the pure diagnosis. A checkout that cannot be read (no envs/, a broken spec,
-flashkit's dependencies missing on a bare GPU host) is a :class:`RepoProblem` shown as a finding, never
-a failure of doctor.
+An edge, separate from the pure diagnosis. A checkout that cannot be read (no envs/, flashkit's
+dependencies missing on a bare GPU host) is a :class:`RepoProblem` shown as a finding, never a failure of
+doctor. A spec that does not validate is in ``broken``, the other envs are read as usual.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class RepoFacts:
     lock_cuda: dict[str, str | None]
     problem: RepoProblem | None
     requirements: dict[str, Any] = dataclasses.field(default_factory=dict)  # env -> production.Coverage
+    broken: dict[str, str] = dataclasses.field(default_factory=dict)  # env -> why its spec does not validate
 
 
 def lock_cuda_runtime(lock_text: str) -> str | None:
@@ -69,7 +70,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
         from flashkit.core.errors import FlashkitError
         from flashkit.plan import production
         from flashkit.plan.plan import plan_of
-        from flashkit.plan.specfile import load_all
+        from flashkit.plan.specfile import load_each
     except ImportError as exc:
         return _problem(
             f"cannot read env specs here ({exc})",
@@ -84,7 +85,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
                 f"--repo {root} is not a flashkit checkout (it needs envs/ and {paths.TEMPLATE})",
                 "pass --repo the root of the flashkit checkout",
             )
-        specs = load_all(root)
+        specs, broken = load_each(root)
     except FlashkitError as exc:  # a broken spec must not stop the diagnosis
         return _problem(str(exc), "run inside a flashkit checkout or pass --repo PATH")
     verification: dict[str, Verification] = {}
@@ -109,4 +110,5 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
             requirements[env] = cov
         image_lock = paths.rel(root, paths.python_lock_file(root, env, s.python))
         lockfiles[env] = cov.merged_path if cov is not None and cov.merged_path else image_lock
-    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements)
+    why = {env: str(exc) for env, exc in broken.items()}
+    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why)

@@ -17,7 +17,9 @@ Images still used by a container are kept and reported. ``--build-cache`` also p
 from __future__ import annotations
 
 import dataclasses
+import re
 
+from flashkit.core.errors import UsageError
 from flashkit.plan.plan import Plan
 
 REPO_PREFIX = "flashkit/"
@@ -40,8 +42,32 @@ def keep_tags(plans: list[Plan]) -> set[str]:
     return keep
 
 
+# The namespace flashkit names its images in (``flashkit/``, or FLASHKIT_IMAGE_NAMESPACE's), with its slash.
+_PREFIX_RE = re.compile(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)+")
+# One repository right under it (``<env>``, ``debian``) and a tag: what flashkit names, and nothing deeper.
+_OURS_RE = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` when it is an image namespace ending in ``/``; UsageError otherwise. An empty prefix, or one
+    with a newline or a space, would make every image of the engine look like flashkit's."""
+    if not _PREFIX_RE.fullmatch(prefix):
+        raise UsageError(
+            f"--prefix {prefix!r} is not an image namespace: expected lower-case names separated and ended by "
+            f"'/', such as {REPO_PREFIX!r}",
+            hint="gc removes only the images flashkit names; give the namespace they are under",
+        )
+    return prefix
+
+
+def is_ours(tag: str, prefix: str) -> bool:
+    """Whether ``tag`` is ``<prefix><repository>:<tag>``, one repository deep: the form flashkit names."""
+    return tag.startswith(prefix) and _OURS_RE.fullmatch(tag[len(prefix) :]) is not None
+
+
 def choose(tags: list[str], keep: set[str], prefix: str = REPO_PREFIX) -> Collection:
-    ours = sorted(t for t in tags if t.startswith(prefix))
+    check_prefix(prefix)
+    ours = sorted(t for t in tags if is_ours(t, prefix))
     return Collection(keep=tuple(t for t in ours if t in keep), remove=tuple(t for t in ours if t not in keep))
 
 

@@ -76,9 +76,12 @@ def targets_for(spec) -> tuple[str, ...]:
 def _run(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None):
     """``cmd`` in a process group of its own: a timeout or an interrupt stops its compile workers too (killing
     only the tool left its process pool compiling, orphaned, for as long again)."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
-    )
+    try:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
+        )
+    except OSError as exc:  # not a program (ENOEXEC), gone, or not allowed
+        raise TierError(f"{cmd[0]} cannot be run: {exc.strerror}", hint="check --python or the tool's venv") from None
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

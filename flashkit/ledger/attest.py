@@ -65,16 +65,32 @@ def generate_keys(folder: Path, repo_root: Path | None) -> tuple[Path, Path]:
             hint="write it outside (e.g. ~/.config/flashkit) and give publishers FLASHKIT_SIGNING_KEY",
         )
     priv_path, pub_path = folder / "flashkit.key", folder / "flashkit.pub"
-    if priv_path.exists() or pub_path.exists():
-        raise KeyFileError(f"{priv_path} or {pub_path} already exists; refusing to overwrite a key")
-    folder.mkdir(parents=True, exist_ok=True)
+    # lexists: a symlink planted there (dangling or not) would have the key written wherever it points.
+    for path in (priv_path, pub_path):
+        if os.path.lexists(path):
+            what = "is a symlink" if path.is_symlink() else "already exists"
+            raise KeyFileError(f"{path} {what}; refusing to overwrite a key or write through a link")
+    if folder.exists() and not folder.is_dir():
+        raise KeyFileError(f"{folder} is not a folder", hint="name a folder for the key pair (it is created)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KeyFileError(f"{folder} cannot be created: {exc.strerror}", hint="name a folder you can write") from None
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    pub_path.write_bytes(pub)
+    written: list[Path] = []
+    try:
+        for path, data, mode in ((priv_path, pem, 0o600), (pub_path, pub, 0o644)):
+            # O_EXCL | O_NOFOLLOW: a file or link that appears after the check above is refused, not written through.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            written.append(path)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except OSError as exc:
+        for path in written:  # half a pair is no use, and a stray private key is a risk
+            path.unlink(missing_ok=True)
+        raise KeyFileError(f"{exc.filename or folder} cannot be written: {exc.strerror}") from None
     return priv_path, pub_path
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from flashkit.core import safeio
 from flashkit.core.errors import RecordError
+from flashkit.core.names import Subject
 from flashkit.ledger import record, store
-from flashkit.ledger.model import Applies, Artifact, Fact
+from flashkit.ledger.model import Applies, Artifact, DeviceCodeFact, Fact, VerdictFact
 from flashkit.plan.specfile import env_ids
 
 
@@ -42,20 +43,67 @@ def files_of(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+def env_of_file(path: Path, known: set[str]) -> str | None:
+    """The env a file's name says it holds: ``<env>.jsonl`` (a ledger) or ``<env>-<part>.jsonl`` (a CI job's
+    upload); the longest such id, so ``cu130-torch211-py313-build`` is that env's, not cu130-torch211's."""
+    stem = path.name.removesuffix(".jsonl")
+    named = [env for env in known if stem == env or stem.startswith(env + "-")]
+    return max(named, key=len) if named else None
+
+
 def read(root: Path, paths: Sequence[Path]) -> dict[str, list[Fact]]:
     """Every fact of ``paths`` by env, checked, in order; RecordError naming the file and line of a bad one."""
     known = set(env_ids(root))
     by_env: dict[str, list[Fact]] = {}
+    where: dict[str, str] = {}
     for path in files_of(paths):
         text = safeio.read_text(path, what="ledger lines", error=RecordError, max_bytes=store.MAX_LEDGER_BYTES)
-        for fact in store.parse_lines(text, env=None, shown=str(path)).facts:
+        # A file named for an env holds that env's lines only (checked with each line's file:line).
+        ledger, at = store.parse_located(text, env=env_of_file(path, known), shown=str(path))
+        for fact in ledger.facts:
             if fact.env not in known:
                 raise RecordError(
-                    f"{path}: a fact of env {fact.env!r}, which this checkout has no envs/{fact.env}.yaml for",
+                    f"{at[fact.id]}: a fact of env {fact.env!r}, which this checkout has no envs/{fact.env}.yaml for",
                     hint="merge in the checkout the lines were recorded for",
                 )
             by_env.setdefault(fact.env, []).append(fact)
+            where.setdefault(fact.id, at[fact.id])
+    for env, facts in by_env.items():
+        _require_subjects(root, env, facts, by_env, where)
     return by_env
+
+
+_SUBJECT_HINT = (
+    "merge the build's lines too (a CI job's -build.jsonl before its -gpu.jsonl), or merge in the checkout "
+    "whose ledger holds that build"
+)
+
+
+def _require_subjects(
+    root: Path, env: str, facts: list[Fact], by_env: dict[str, list[Fact]], where: dict[str, str]
+) -> None:
+    """Every verdict, applies and device-code fact names a build that this env's ledger or this same merge
+    holds: a verdict on a digest no build of the env produced is evidence about nothing, and the gate must
+    never see one (a GPU "passed" with a made-up image id is a correctly hashed line)."""
+    have = store.load_own(root, env).facts + tuple(facts)
+    arts = [f for f in have if isinstance(f, Artifact)]
+    built = {Subject.IMAGE: {a.image_id for a in arts}, Subject.WHEEL: {f"sha256:{a.wheel_sha256}" for a in arts}}
+    art_ids = {a.id for a in arts}
+    verdict_ids = {f.id for f in have if isinstance(f, VerdictFact)}
+    for fact in facts:
+        problem = None
+        if isinstance(fact, VerdictFact) and fact.subject.kind in built:
+            if fact.subject.digest not in built[fact.subject.kind]:
+                problem = (
+                    f"field subject: {fact.tier} verdict on {fact.subject.kind} {fact.subject.digest}, which no "
+                    f"build (artifact) of {env} in its ledger or in these lines produced"
+                )
+        elif isinstance(fact, Applies | DeviceCodeFact) and fact.artifact_id not in art_ids:
+            problem = f"field artifact_id: {fact.artifact_id} is no build of {env} in its ledger or in these lines"
+        elif isinstance(fact, Applies) and fact.source_env is None and fact.verdict_id not in verdict_ids:
+            problem = f"field verdict_id: {fact.verdict_id} is no verdict of {env} in its ledger or in these lines"
+        if problem:
+            raise RecordError(f"{where[fact.id]}: {problem}; nothing was merged", hint=_SUBJECT_HINT)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,11 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.oci.image.manifest.v1+json",
 )
-SKOPEO_TIMEOUT_S = 3600
+SKOPEO_TIMEOUT_S = 3600  # a push or pull of a whole image
+# One manifest, config, tag list or tag: a registry that accepted the connection but has not answered by then
+# will not (skopeo itself waits for an answer without a limit).
+REQUEST_TIMEOUT_S = 120
+REQUEST_TIMEOUT_ENV = "FLASHKIT_REGISTRY_TIMEOUT"
 # A repository path component, as the distribution spec defines it.
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9-]{1,63})*(?::[0-9]{1,5})?")
@@ -216,6 +220,20 @@ def access(target: Target, environ: dict[str, str] | None = None) -> Iterator[Ac
         yield Access(auth_file, cert_dir, bool(ca) or not target.loopback, source, secrets)
 
 
+def request_timeout() -> float:
+    """The limit on one registry request: ``$FLASHKIT_REGISTRY_TIMEOUT`` seconds, else REQUEST_TIMEOUT_S."""
+    text = os.environ.get(REQUEST_TIMEOUT_ENV, "").strip()
+    if not text:
+        return REQUEST_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= SKOPEO_TIMEOUT_S:
+        raise UsageError(f"{REQUEST_TIMEOUT_ENV}={text!r}: give seconds, more than 0 and at most {SKOPEO_TIMEOUT_S}")
+    return value
+
+
 class Registry:
     """One repository of one registry, through skopeo."""
 
@@ -227,11 +245,18 @@ class Registry:
         self.target = target
         self.access = acc
 
-    def _run(self, what: str, argv: list[str], *, missing_ok: bool = False) -> subprocess.CompletedProcess | None:
+    def _run(
+        self, what: str, argv: list[str], *, missing_ok: bool = False, transfer: bool = False
+    ) -> subprocess.CompletedProcess | None:
+        """``transfer``: a whole image moves (push, pull), under the long limit; else one request's limit."""
+        limit = SKOPEO_TIMEOUT_S if transfer else request_timeout()
         try:
-            res = subprocess.run(["skopeo", *argv], capture_output=True, timeout=SKOPEO_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise PushFailed(f"{what}: skopeo did not finish within {SKOPEO_TIMEOUT_S}s") from None
+            res = subprocess.run(["skopeo", *argv], capture_output=True, timeout=limit)
+        except subprocess.TimeoutExpired:  # run() has killed skopeo by then
+            raise PushFailed(
+                f"{what}: {self.target.host} did not answer within {limit:g}s",
+                hint=f"check that the registry is up and reachable; for a slow one set {REQUEST_TIMEOUT_ENV} (seconds)",
+            ) from None
         if res.returncode == 0:
             return res
         err = self.access.redact(res.stderr.decode(errors="replace")).strip()
@@ -285,12 +310,20 @@ class Registry:
     def push(self, layout: Path, name: str, reference: str) -> None:
         """Copy ``oci:layout:name`` to ``reference`` (a digest: no tag is made) unchanged."""
         argv = ["copy", "--quiet", "--preserve-digests", *self.access.flags("dest")]
-        self._run(f"push to {self.target}:{reference}", [*argv, f"oci:{layout}:{name}", self.target.ref(reference)])
+        self._run(
+            f"push to {self.target}:{reference}",
+            [*argv, f"oci:{layout}:{name}", self.target.ref(reference)],
+            transfer=True,
+        )
 
     def fetch(self, reference: str, layout: Path, name: str = "image") -> None:
         """Copy ``reference`` from the registry into ``oci:layout:name`` unchanged (blobs checked)."""
         argv = ["copy", "--quiet", "--preserve-digests", *self.access.flags("src")]
-        self._run(f"pull {self.target}:{reference}", [*argv, self.target.ref(reference), f"oci:{layout}:{name}"])
+        self._run(
+            f"pull {self.target}:{reference}",
+            [*argv, self.target.ref(reference), f"oci:{layout}:{name}"],
+            transfer=True,
+        )
 
     def tag(self, digest: str, tag: str) -> None:
         """Point ``tag`` at the manifest ``digest`` (same bytes: the tag's digest is ``digest``)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from flashkit.ledger.model import (
 DIR = "verified"
 MAX_LEDGER_BYTES = 64 * safeio.MIB
 MAX_LINE_BYTES = 256 * safeio.KIB
+MAX_DEPTH = 16  # a fact nests four levels at most (device code: extensions, a list, a payload's fields)
 LOCK_TIMEOUT_S = 300
 
 
@@ -145,6 +147,11 @@ def parse_lines(text: str, *, env: str | None, shown: str) -> Ledger:
     return _parse(text, env=env, shown=shown)[0]
 
 
+def parse_located(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str, str]]:
+    """As :func:`parse_lines`, and for each fact id the ``file:line`` it was first read from."""
+    return _parse(text, env=env, shown=shown)
+
+
 def _parse(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str, str]]:
     """The ledger of ``text`` and, for each fact id, the ``file:line`` it was first read from."""
     facts: list[Fact] = []
@@ -156,11 +163,18 @@ def _parse(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str,
         if len(line) > MAX_LINE_BYTES:
             raise RecordError(f"{where}: a line longer than {MAX_LINE_BYTES // 1024} KiB is not a ledger fact")
         try:
-            body: Any = json.loads(line)
+            body: Any = json.loads(line, parse_constant=_not_a_number, parse_float=_finite)
         except ValueError as exc:
             raise RecordError(
                 f"{where}: not a JSON object ({exc})", hint="restore the file from git; the ledger is append-only"
             ) from None
+        except RecursionError:
+            body = None
+        if body is None or _too_deep(body):
+            raise RecordError(
+                f"{where}: nested deeper than {MAX_DEPTH} levels; no ledger fact is",
+                hint="restore the file from git; the ledger is append-only",
+            )
         try:
             fact = check_body(body)
         except ValueError as exc:
@@ -173,6 +187,30 @@ def _parse(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str,
         if isinstance(fact, DeviceCodeFact):
             _one_digest_per_wheel(fact, facts, where)
     return Ledger(env or "", tuple(facts)), seen
+
+
+def _not_a_number(name: str) -> float:
+    # Python's json reads NaN and Infinity, which no other JSON reader does: a ledger holding one is not JSON.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: valid JSON text, but it reads as infinity and is written back as such
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def _too_deep(body: object) -> bool:
+    """Whether ``body`` nests deeper than any fact: checked before the schema walks it (recursively)."""
+    level: list[tuple[object, int]] = [(body, 0)]
+    while level:
+        value, depth = level.pop()
+        if depth > MAX_DEPTH:
+            return True
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        level.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _one_digest_per_wheel(fact: DeviceCodeFact, facts: list[Fact], where: str) -> None:
@@ -352,12 +390,26 @@ def append(root: Path, env: str, facts: Iterable[Fact]) -> tuple[Ledger, list[Fa
     path.parent.mkdir(parents=True, exist_ok=True)
     from filelock import Timeout
 
+    lock = Path(str(path) + ".lock")
+    # Taking the lock opens the file for writing and truncates it: a symlink there would truncate its target.
+    if lock.is_symlink():
+        raise RecordError(
+            f"{safeio.describe(lock, root)} is a symlink; the ledger's lock file must be a plain file",
+            hint="remove it (it holds nothing; flashkit creates it when it appends)",
+        )
     try:
         with lock_for(path):
             return _append_locked(root, env, path, list(facts))
     except Timeout:
         raise RecordError(
             f"{safeio.describe(path, root)}: another flashkit held the ledger lock for {LOCK_TIMEOUT_S}s"
+        ) from None
+    except OSError as exc:
+        if exc.filename != str(lock):
+            raise
+        raise RecordError(
+            f"{safeio.describe(lock, root)}: the ledger's lock cannot be taken: {exc.strerror}",
+            hint="remove it if it is not a plain file (it holds nothing)",
         ) from None
 
 

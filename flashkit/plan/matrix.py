@@ -55,6 +55,7 @@ class MatrixRow:
     gpu_evidence: tuple[str, ...]  # which GPU evidence the env's gate accepts (spec gpu_evidence)
     device_code: str | None  # the device-code digest of that build's wheel, when recorded
     gpu_how: str | None  # how the GPU verdict reaches that build
+    error: str | None = None  # verdict "invalid": why its spec could not be read (every other field empty)
 
     def to_json(self) -> dict:
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -122,4 +123,37 @@ def row(
         gpu_evidence=tuple(spec.gpu_evidence),
         device_code=seen.device_code,
         gpu_how=seen.gpu_how,
+    )
+
+
+def invalid_row(env: str, error: str) -> MatrixRow:
+    """The row of a spec that does not validate: its name and the error, so the table still lists it."""
+    return MatrixRow(
+        env=env,
+        torch="?",
+        accelerator="?",
+        python="?",
+        abi="?",
+        compiler="?",
+        base="?",
+        pinned=False,
+        pin_state="unpinned",
+        verdict="invalid",
+        reasons=(),
+        rules=(),
+        lock="?",
+        pythons="?",
+        requirements={"covered": [], "not_covered": {}, "file": None, "per_python": {}},
+        input_hash=None,
+        hosts="?",
+        hosts_why="",
+        status=f"spec invalid: {error.splitlines()[0]}",
+        tiers={},
+        wheel=None,
+        wheel_local=None,
+        published=(),
+        gpu_evidence=(),
+        device_code=None,
+        gpu_how=None,
+        error=error,
     )

@@ -111,17 +111,96 @@ def _show(value: object) -> str:
 # Reading the YAML safely, and locating values in it so every error can name its line.
 
 
+_TAG_PREFIX = "tag:yaml.org,2002:"
+
+
+class _Where:
+    """The field the YAML event stream is at (``base.ref``, ``gpu_targets[1]``), to name it in errors that
+    come before there is a node tree to walk."""
+
+    def __init__(self) -> None:
+        self.stack: list[list[Any]] = []  # [kind, key or index, whether the next node is a key]
+
+    def path(self) -> str:
+        out = ""
+        for kind, at, _ in self.stack:
+            if kind == "map" and at is not None:
+                out = f"{out}.{at}" if out else str(at)
+            elif kind == "seq":
+                out += f"[{at}]"
+        return out or "<top>"
+
+    def is_key(self) -> bool:
+        return bool(self.stack) and self.stack[-1][0] == "map" and self.stack[-1][2]
+
+    def done(self, event: yaml.Event) -> None:
+        """A node ended (a scalar, or a collection's end event)."""
+        if not self.stack:
+            return
+        top = self.stack[-1]
+        if top[0] == "seq":
+            top[1] += 1
+        elif top[2]:
+            top[1] = event.value if isinstance(event, yaml.ScalarEvent) else None
+            top[2] = False
+        else:
+            top[2] = True
+
+
+def _events(text: str, display: str) -> None:
+    """Refuse what the safe loader would choke on or an env spec has no use for, naming line and field:
+    anchors and aliases, explicit tags, keys that are not plain names, merge keys, and nesting deeper than
+    any field (checked on the event stream, before composing, which recurses once per level)."""
+    where = _Where()
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise SpecError(
+                f"{display}:{line}: YAML anchors and aliases (&name, *name) are not allowed in env specs",
+                hint="write the value out; a spec must read the same to a person and to flashkit",
+            )
+        if isinstance(event, yaml.CollectionEndEvent):
+            where.stack.pop()
+            where.done(event)
+            continue
+        if not isinstance(event, yaml.NodeEvent):
+            continue
+        key, field = where.is_key(), where.path()
+        if event.tag is not None:
+            shown = event.tag.replace(_TAG_PREFIX, "!!")
+            raise SpecError(
+                f"{display}:{line}: {field}: the YAML tag {shown!r}{' on a key' if key else ''} is not allowed "
+                "in env specs; "
+                "allowed: plain values (text, numbers, true/false, null, lists, mappings)",
+                hint="remove the tag; quote the value to keep it as text",
+            )
+        if key and not isinstance(event, yaml.ScalarEvent):
+            raise SpecError(
+                f"{display}:{line}: {field}: a key must be a plain field name, not a list or mapping; "
+                "allowed: the field names of the spec, e.g. 'torch'",
+            )
+        if key and event.value == "<<" and event.style is None:
+            raise SpecError(
+                f"{display}:{line}: {field}: the YAML merge key '<<' is not allowed in env specs; write the fields out"
+            )
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(where.stack) > MAX_DEPTH:
+                raise SpecError(
+                    f"{display}:{line}: {where.path()}: nested deeper than {MAX_DEPTH} levels; no spec field is "
+                    "(the deepest, e.g. base.ref, is two)"
+                )
+            where.stack.append(["map" if isinstance(event, yaml.MappingStartEvent) else "seq", 0, True])
+            if isinstance(event, yaml.MappingStartEvent):
+                where.stack[-1][1] = None
+        else:
+            where.done(event)
+
+
 def _compose(text: str, display: str) -> yaml.Node | None:
-    if len(text.encode("utf-8")) > MAX_SPEC_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise SpecError(f"{display}: the spec is larger than {MAX_SPEC_BYTES // 1024} KiB; an env spec is a page")
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = event.start_mark.line + 1
-                raise SpecError(
-                    f"{display}:{line}: YAML anchors and aliases (&name, *name) are not allowed in env specs",
-                    hint="write the value out; a spec must read the same to a person and to flashkit",
-                )
+        _events(text, display)
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -133,9 +212,41 @@ def _compose(text: str, display: str) -> yaml.Node | None:
         raise SpecError(f"{display}: YAML error: {exc}") from None
 
 
-def _locate(node: yaml.Node, prefix: str, lines: dict[str, int], dups: list[tuple[str, int]], depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise SpecError(f"{prefix}: nested deeper than {MAX_DEPTH} levels; no spec field is")
+def _construct(node: yaml.Node, display: str, lines: dict[str, int]) -> Any:
+    """The document's values. Only implicit scalars are left by now; one that matches a type's pattern but
+    is not a value of it (``2026-13-01``, a date with month 13) is an error on its field."""
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:
+        bad = _first_bad_scalar(node, "", loader)
+        path, scalar = bad if bad else ("<top>", node)
+        line = lines.get(path, scalar.start_mark.line + 1)
+        kind = scalar.tag.replace(_TAG_PREFIX, "") if isinstance(scalar, yaml.ScalarNode) else "value"
+        raise SpecError(
+            f"{display}:{line}: {path}: {_show(getattr(scalar, 'value', ''))} reads as a {kind} but is not "
+            f"a valid one ({str(exc).splitlines()[0]}); quote it to keep it as text",
+        ) from None
+
+
+def _first_bad_scalar(node: yaml.Node, prefix: str, loader: yaml.SafeLoader) -> tuple[str, yaml.Node] | None:
+    if isinstance(node, yaml.ScalarNode):
+        try:
+            loader.construct_object(node)
+        except (yaml.YAMLError, ValueError, OverflowError):
+            return prefix or "<top>", node
+        return None
+    items = node.value if isinstance(node, yaml.MappingNode) else enumerate(node.value)
+    for key, value in items:
+        path = f"{prefix}[{key}]" if isinstance(key, int) else (f"{prefix}.{key.value}" if prefix else key.value)
+        found = None if isinstance(key, int) else _first_bad_scalar(key, f"{path} (the key)", loader)
+        found = found or _first_bad_scalar(value, path, loader)
+        if found:
+            return found
+    return None
+
+
+def _locate(node: yaml.Node, prefix: str, lines: dict[str, int], dups: list[tuple[str, int]]) -> None:
     lines.setdefault(prefix or "<top>", node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
@@ -146,10 +257,10 @@ def _locate(node: yaml.Node, prefix: str, lines: dict[str, int], dups: list[tupl
                 dups.append((path, key_node.start_mark.line + 1))
             seen.add(key)
             lines[path] = key_node.start_mark.line + 1
-            _locate(value_node, path, lines, dups, depth + 1)
+            _locate(value_node, path, lines, dups)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _locate(item, f"{prefix}[{i}]", lines, dups, depth + 1)
+            _locate(item, f"{prefix}[{i}]", lines, dups)
 
 
 class _Reader:
@@ -529,7 +640,7 @@ def parse_spec(text: str, *, env_id: str, display: str, source: Path, repo_root:
     lines: dict[str, int] = {}
     dups: list[tuple[str, int]] = []
     _locate(node, "", lines, dups)
-    data = yaml.safe_load(text)
+    data = _construct(node, display, lines)
     r = _Reader(display, lines)
     r.errors += [f"{display}:{line}: {path}: field given twice; keep one" for path, line in dups]
     try:
@@ -613,15 +724,27 @@ def load_env(repo_root: Path, env_id_str: str) -> EnvSpec:
     return parse_spec(text, env_id=env_id_str, display=display, source=Path(display), repo_root=repo_root)
 
 
-def load_all(repo_root: Path) -> list[EnvSpec]:
-    """Every spec under envs/, sorted by id; all files' errors are reported together."""
+def load_each(repo_root: Path) -> tuple[list[EnvSpec], dict[str, SpecError]]:
+    """Every valid spec under envs/, sorted by id, and the error of each file that is not (by its name):
+    for the commands that report on all envs, where one broken file must not hide the others."""
     specs: list[EnvSpec] = []
-    errors: list[str] = []
+    broken: dict[str, SpecError] = {}
     for env_id in env_ids(Path(repo_root)):
         try:
             specs.append(load_env(repo_root, env_id))
         except SpecError as exc:
-            errors.append(str(exc))
-    if errors:
-        raise SpecError("\n".join(errors))
-    return sorted(specs, key=lambda s: str(s.id))
+            broken[env_id] = exc
+    return sorted(specs, key=lambda s: str(s.id)), broken
+
+
+def load_all(repo_root: Path) -> list[EnvSpec]:
+    """Every spec under envs/, sorted by id; all files' errors are reported together."""
+    specs, broken = load_each(repo_root)
+    if broken:
+        raise broken_specs(broken)
+    return specs
+
+
+def broken_specs(broken: dict[str, SpecError]) -> SpecError:
+    """One error naming every broken spec, each with its own messages (exit 3)."""
+    return SpecError("\n".join(str(exc) for exc in broken.values()))
