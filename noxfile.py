@@ -145,6 +145,16 @@ def gc(session: nox.Session) -> None:
     session.run("flashkit", "gc", "--runtime-copies", *session.posargs, env={"FLASHKIT_ROOT": os.fspath(ROOT)})
 
 
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation (docs/, mkdocs.yml) built with mkdocs-material in strict mode: a broken link fails it."""
+    session.install("mkdocs-material")
+    session.run("mkdocs", "--version")
+    # NO_MKDOCS_2_WARNING: mkdocs-material prints a notice about its future on every build otherwise.
+    quiet = {"NO_MKDOCS_2_WARNING": "1"}
+    session.run("mkdocs", "build", "--strict", "--clean", "-d", ".work/site-docs", *session.posargs, env=quiet)
+
+
 @nox.session(name="kernels-cpu", venv_backend="virtualenv")
 def kernels_cpu(session: nox.Session) -> None:
     """flash_kernels' CPU tier: torch 2.13.0 (CPU) + triton interpreter, no CUDA build."""

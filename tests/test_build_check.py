@@ -87,7 +87,7 @@ def test_not_reproducible_exit_code_is_documented():
     assert NotReproducible.exit_code == 30
     row = dict(EXIT_CODES)["30"]
     assert "--check" in row and "image" in row
-    assert "| 30 |" in (REPO / "README.md").read_text()
+    assert "| 30 |" in (REPO / "docs" / "exit-codes.md").read_text()
 
 
 def test_oci_history_names_the_step_of_each_layer():

@@ -107,15 +107,15 @@ def test_every_error_class_has_its_own_documented_exit_code():
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.FlashkitError)]
     codes = [c.exit_code for c in classes if c is not errors.FlashkitError]
     assert len(codes) == len(set(codes)), "two error classes share an exit code"
-    readme = (REPO / "README.md").read_text()
+    table = (REPO / "docs" / "exit-codes.md").read_text()
     for code in codes:
         assert f"  {code}  " in cli_mod.EPILOG or f"  {code}    " in cli_mod.EPILOG
-        assert f"| {code} |" in readme, f"exit code {code} is not in the README's table"
+        assert f"| {code} |" in table, f"exit code {code} is not in docs/exit-codes.md's table"
     assert 1 not in codes, "exit 1 is reserved for bugs in flashkit"
 
 
-def test_the_readmes_exit_code_table_is_the_one_help_prints():
-    section = (REPO / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_exit_code_table_is_the_one_help_prints():
+    section = (REPO / "docs" / "exit-codes.md").read_text().split("# Exit codes", 1)[1].split("\n## ", 1)[0]
     rows = tuple(re.findall(r"^\| (\d+) \| (.*) \|$", section, re.MULTILINE))
     assert rows == errors.EXIT_CODES
     assert {"130", "143"} <= dict(rows).keys()  # Ctrl-C and SIGTERM, after the clean-up
