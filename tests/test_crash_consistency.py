@@ -33,8 +33,9 @@ def batch(i: int) -> list:
     return [art, verdict(art, "build")]
 
 
-def killed_while(work, delay_s: float) -> int:
-    """Run ``work()`` in a child and SIGKILL it after ``delay_s`` (or let it finish first); its exit status."""
+def killed_while(work, delay_s: float, *, wait: bool = False) -> int:
+    """Run ``work()`` in a child and SIGKILL it after ``delay_s`` (or let it finish first; with ``wait``, it
+    ends on its own: it kills itself); its exit status."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 0
@@ -44,9 +45,10 @@ def killed_while(work, delay_s: float) -> int:
             code = 1
         finally:
             os._exit(code)
-    time.sleep(delay_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    if not wait:
+        time.sleep(delay_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     return os.waitpid(pid, 0)[1]
 
 
@@ -59,36 +61,8 @@ def _ours(frame) -> bool:
     return "site-packages" not in name and not name.startswith("<")
 
 
-def killed_at_line(work, k: int) -> int:
-    """Run ``work()`` in a child that SIGKILLs itself at the ``k``-th line it executes of the kit's own code
-    (between any two of its steps: after a write, before a rename, ...); its exit status."""
-    pid = os.fork()
-    if pid == 0:
-        count = [0]
-
-        def tracer(frame, event, _arg):
-            if not _ours(frame):
-                return None
-            if event == "line":
-                count[0] += 1
-                if count[0] >= k:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return tracer
-
-        code = 0
-        try:
-            sys.settrace(tracer)
-            work()
-        except BaseException:
-            code = 1
-        finally:
-            sys.settrace(None)
-            os._exit(code)
-    return os.waitpid(pid, 0)[1]
-
-
-def lines_of(work) -> int:
-    """How many lines of the kit's own code one run of ``work()`` executes."""
+def traced(work, on_line) -> None:
+    """Run ``work()`` with ``on_line(n)`` called at the n-th line it executes of the kit's own code."""
     count = [0]
 
     def tracer(frame, event, _arg):
@@ -96,6 +70,7 @@ def lines_of(work) -> int:
             return None
         if event == "line":
             count[0] += 1
+            on_line(count[0])
         return tracer
 
     sys.settrace(tracer)
@@ -103,7 +78,24 @@ def lines_of(work) -> int:
         work()
     finally:
         sys.settrace(None)
-    return count[0]
+
+
+def killed_at_line(work, k: int) -> int:
+    """Run ``work()`` in a child that SIGKILLs itself at the ``k``-th line it executes of the kit's own code
+    (between any two of its steps: after a write, before a rename, ...); its exit status."""
+
+    def kill_at_k(n: int) -> None:
+        if n >= k:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return killed_while(lambda: traced(work, kill_at_k), 0.0, wait=True)
+
+
+def lines_of(work) -> int:
+    """How many lines of the kit's own code one run of ``work()`` executes."""
+    seen = [0]
+    traced(work, lambda n: seen.__setitem__(0, n))
+    return seen[0]
 
 
 def ids(root: Path) -> set[str]:
