@@ -5,6 +5,7 @@ abi and cpu tiers passed. A relation that does not hold is refused with exit 34.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import struct
@@ -301,3 +302,29 @@ def test_an_unreadable_fat_binary_is_a_tier_error_not_a_crash(root, tmp_path):
     with pytest.raises(TierError, match=r"device code of broken\.whl cannot be read: .*past the section end") as exc:
         device_code.record_for_build(root, load_env(root, USER), art, broken)
     assert exc.value.exit_code == 15
+
+
+def test_the_cuda_runtime_wheel_is_checked_before_anything_runs(tmp_path, capsys):
+    """artifact_check's --cuda-runtime-wheel: the pinned file or nothing; each refusal with its exit code."""
+    from flashkit.evidence import artifact_check
+
+    fk = wheel(tmp_path / "fk.whl", elf_with(TU1))
+    rt = tmp_path / "nvidia_cuda_runtime_cu12-12.8.90-py3-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(rt, "w") as zf:
+        zf.writestr("nvidia/cuda_runtime/lib/libcudart.so.12", b"\x7fELF")
+    good = hashlib.sha256(rt.read_bytes()).hexdigest()
+    base = [str(fk), "--expect-sha256", "0" * 64, "--env", SRC, "--input-hash", H1, "--expect-torch", "2.10",
+            "--expect-cuda", "12", "--torch-abi", "stable", "--out", str(tmp_path / "r.json")]  # fmt: skip
+
+    def run(*extra: str) -> tuple[int, str]:
+        code = artifact_check.main([*base, *extra])
+        return code, capsys.readouterr().err
+
+    assert run("--cuda-runtime-wheel", str(rt))[0] == artifact_check.EXIT_USAGE  # no pinned hash given
+    code, err = run("--cuda-runtime-wheel", str(rt), "--cuda-runtime-sha256", "1" * 64)
+    assert code == artifact_check.EXIT_NO_WHEEL and f"sha256 {good} is not the pinned" in err
+    code, err = run("--cuda-runtime-wheel", str(tmp_path / "gone.whl"), "--cuda-runtime-sha256", good)
+    assert code == artifact_check.EXIT_NO_WHEEL and "no such wheel file" in err
+    code, err = run("--cuda-runtime-wheel", str(rt), "--cuda-runtime-sha256", good, "--expect-cuda", "13")
+    assert code == artifact_check.EXIT_USAGE and "holds no libcudart.so.13" in err
+    assert not (tmp_path / "r.json").exists()  # nothing ran, nothing was written

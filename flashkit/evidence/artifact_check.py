@@ -14,7 +14,8 @@ names. ``flashkit verify import-artifact-result ENV result.json`` imports them t
 the report and refuses a result that disagrees with it.
 
 Exit codes: 0 passed; 16 the tier ran and did not pass, or could not run here (the result says why);
-2 usage error; 3 the wheel file is missing.
+2 usage error (a --cuda-runtime-wheel without its sha256, or without libcudart.so.<CUDA major>); 3 the
+wheel file is missing, or the CUDA runtime wheel is missing or not the pinned file.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 
 from flashkit.evidence import devicecode
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
@@ -320,23 +322,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="flashkit-cudart-") as unpacked:
         problem = runtime_from_wheel(args, unpacked) if args.cuda_runtime_wheel else None
         if problem:
-            print(f"artifact_check: {problem}", file=sys.stderr)
-            return EXIT_USAGE if "sha256" not in problem else EXIT_NO_WHEEL
+            code, why = problem
+            print(f"artifact_check: {why}", file=sys.stderr)
+            return code
         result = check(args)
     return write_result(args, result)
 
 
-def runtime_from_wheel(args: argparse.Namespace, dest: str) -> str | None:
-    """Unpack the pinned CUDA runtime wheel after checking its sha256; point --cuda-runtime at its library."""
-    import zipfile
-
+def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] | None:
+    """Unpack the pinned CUDA runtime wheel after checking its sha256; point --cuda-runtime at its library.
+    (exit code, why) when it cannot: a usage error, or a wheel that is missing or not the pinned file."""
     if not args.cuda_runtime_sha256:
-        return "--cuda-runtime-wheel needs --cuda-runtime-sha256 (the hash the env's lockfile pins)"
+        return EXIT_USAGE, "--cuda-runtime-wheel needs --cuda-runtime-sha256 (the hash the env's lockfile pins)"
     if not os.path.isfile(args.cuda_runtime_wheel):
-        return f"{args.cuda_runtime_wheel}: no such wheel file"
+        return EXIT_NO_WHEEL, f"{args.cuda_runtime_wheel}: no such wheel file"
     got = sha256(args.cuda_runtime_wheel)
     if got != args.cuda_runtime_sha256:
-        return f"{args.cuda_runtime_wheel}: sha256 {got} is not the pinned {args.cuda_runtime_sha256}"
+        return EXIT_NO_WHEEL, f"{args.cuda_runtime_wheel}: sha256 {got} is not the pinned {args.cuda_runtime_sha256}"
     with zipfile.ZipFile(args.cuda_runtime_wheel) as zf:
         zf.extractall(dest)
     libs = [
@@ -346,7 +348,7 @@ def runtime_from_wheel(args: argparse.Namespace, dest: str) -> str | None:
         if f.startswith(f"libcudart.so.{args.expect_cuda}")
     ]
     if not libs:
-        return f"{args.cuda_runtime_wheel} holds no libcudart.so.{args.expect_cuda}"
+        return EXIT_USAGE, f"{args.cuda_runtime_wheel} holds no libcudart.so.{args.expect_cuda}"
     args.cuda_runtime = os.path.dirname(sorted(libs)[0])
     name = os.path.basename(args.cuda_runtime_wheel).split("-")
     args.cuda_runtime_source = f"{name[0]}=={name[1]} wheel, sha256 {got}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import struct
 import zipfile
 from collections.abc import Iterator
@@ -232,8 +233,6 @@ def of_wheel(path: str) -> DeviceCode:
 
 def of_installed(site: str, package: str) -> DeviceCode:
     """The device code of an installed package's shared objects, named as they are in its wheel."""
-    import os
-
     files = {}
     top = os.path.join(site, package)
     for dirpath, _dirs, names in os.walk(top):

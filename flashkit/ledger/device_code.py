@@ -12,9 +12,9 @@ accepts such evidence (``gpu_evidence: [..., device-code]``); see :mod:`flashkit
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+from flashkit.core.digests import sha256_file
 from flashkit.core.errors import TierError, UnknownArtifact
 from flashkit.evidence import devicecode
 from flashkit.ledger import record, store
@@ -32,11 +32,6 @@ def toolchain_of(spec: EnvSpec) -> dict[str, str]:
     }
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def record_for_build(root: Path, spec: EnvSpec, art: Artifact, wheel: Path) -> tuple[DeviceCodeFact | None, list[Fact]]:
     """Read ``wheel`` (the file ``art`` exported) and record its device code; (None, []) for a wheel with none
     (Triton-only). Returns the device-code fact that holds for the wheel and what was appended anywhere."""
@@ -50,13 +45,12 @@ def record_for_build(root: Path, spec: EnvSpec, art: Artifact, wheel: Path) -> t
     if not code.extensions:
         return None, []
     ledger, added = record.record_device_code(root, art, code, toolchain_of(spec))
-    fact = next(f for f in (*added, *ledger.device_codes(art.wheel_sha256)) if isinstance(f, DeviceCodeFact))
-    return fact, added
+    return ledger.device_codes(art.wheel_sha256)[0], added
 
 
 def record_for_wheel(root: Path, spec: EnvSpec, wheel: Path) -> tuple[Artifact, DeviceCodeFact | None, list[Fact]]:
     """The device code of a wheel some build of ``spec``'s env exported (found by sha256; exit 25 otherwise)."""
-    sha = _sha256(wheel)
+    sha = sha256_file(wheel)
     ledger = store.load(root, str(spec.id))
     arts = [a for a in ledger.artifacts() if a.wheel_sha256 == sha]
     if not arts:
@@ -72,13 +66,7 @@ def record_for_wheel(root: Path, spec: EnvSpec, wheel: Path) -> tuple[Artifact, 
 
 def relations_naming(root: Path, digest: str) -> list[Applies]:
     """Every device-code relation, in any env's ledger, that rests on ``digest``."""
-    out = []
-    for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
-        if digest not in path.read_text(encoding="utf-8", errors="replace"):
-            continue
-        ledger = store.load_own(root, path.name.removesuffix(".jsonl"))
-        out += [a for a in ledger.applies() if a.relation and a.device_code == digest]
-    return out
+    return [a for ledger in record.ledgers_naming(root, {digest}) for a in ledger.applies() if a.device_code == digest]
 
 
 def describe(fact: DeviceCodeFact) -> str:

@@ -268,9 +268,10 @@ def _source_verdicts(ledger: Ledger, input_hash: str) -> dict[str, str]:
     return {j.tier.value: str(j.verdict.verdict) for j in found if j.verdict is not None}
 
 
-def _tier_verdicts(ledger: Ledger, art: Artifact, accepts: tuple[str, ...] | None = None) -> dict[str, str]:
+def _marked(found: dict[Tier, Judgement]) -> dict[str, str]:
+    """tier -> its verdict, marked with how it reaches the build ("passed(device-code:<env>)" ...)."""
     out = {}
-    for tier, j in judgements(ledger, art, accepts).items():
+    for tier, j in found.items():
         if j.verdict is not None:
             if j.relation == RELATION_DEVICE_CODE:
                 mark = f"(device-code:{j.source_env})"
@@ -282,21 +283,21 @@ def _tier_verdicts(ledger: Ledger, art: Artifact, accepts: tuple[str, ...] | Non
     return out
 
 
+def _status_line(verdicts: dict[str, str]) -> str:
+    return " ".join(f"{tier}:{v}" for tier, v in verdicts.items()) or "not verified (no tier ran)"
+
+
 def summary(ledger: Ledger, input_hash: str, accepts: tuple[str, ...] | None = None) -> Summary:
     arts = ledger.artifacts(input_hash)
     tags = tuple(dict.fromkeys(t for pub in ledger.publications(input_hash) for t in pub.tags))
     if not arts:
         return Summary(status(ledger, input_hash), _source_verdicts(ledger, input_hash), None, tags)
     art = max(arts, key=lambda a: a.date)
-    found = judgements(ledger, art, accepts)
+    found = judgements(ledger, art, accepts)  # once: the status line, the marks and the GPU line all read it
+    verdicts = _marked(found)
     gpu = next((found[t] for t in GPU_TIERS if found[t].passed), None) or found[Tier.ARTIFACT_GPU]
     return Summary(
-        status(ledger, input_hash, accepts),
-        _tier_verdicts(ledger, art, accepts),
-        art.wheel,
-        tags,
-        ledger.device_code_of(art.wheel_sha256),
-        gpu.line(),
+        _status_line(verdicts), verdicts, art.wheel, tags, ledger.device_code_of(art.wheel_sha256), gpu.line()
     )
 
 
@@ -311,8 +312,7 @@ def status(ledger: Ledger, input_hash: str, accepts: tuple[str, ...] | None = No
             older = ledger.input_hashes()[-1]
             return f"not verified at this input hash (the ledger's latest is {older[:20]})"
         return "not verified"
-    verdicts = _tier_verdicts(ledger, max(arts, key=lambda a: a.date), accepts)
-    return " ".join(f"{tier}:{v}" for tier, v in verdicts.items()) or "not verified (no tier ran)"
+    return _status_line(_marked(judgements(ledger, max(arts, key=lambda a: a.date), accepts)))
 
 
 def latest_decision(

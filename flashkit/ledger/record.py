@@ -278,8 +278,9 @@ def device_code_because(art: Artifact, digest: str, v: VerdictFact) -> str:
     )
 
 
-def _ledgers_naming(root: Path, digests: set[str], skip: str) -> list[Ledger]:
-    """The other envs' ledgers (their own facts) that record one of ``digests`` as device code."""
+def ledgers_naming(root: Path, digests: set[str], skip: str | None = None) -> list[Ledger]:
+    """The envs' ledgers (their own facts; ``skip``'s left out) that name one of ``digests`` as device code,
+    in a device-code fact or a device-code relation."""
     out = []
     for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
         env = path.name.removesuffix(".jsonl")
@@ -304,7 +305,7 @@ def device_code_applies(root: Path, ledger: Ledger) -> list[Applies]:
         return []
     done = {(a.verdict_id, a.artifact_id) for a in ledger.applies()}
     out = []
-    for other in _ledgers_naming(root, digests, ledger.env):
+    for other in ledgers_naming(root, digests, ledger.env):
         for v in other.verdicts():
             if v.tier is not Tier.ARTIFACT_GPU:
                 continue
@@ -330,8 +331,8 @@ def propagate_device_code(root: Path, env: str, ledger: Ledger, added: list[Fact
     out: dict[str, list[Fact]] = {}
     if not digests:
         return out
-    for other in _ledgers_naming(root, digests, env):
-        extra = device_code_applies(root, store.load(root, other.env))
+    for other in ledgers_naming(root, digests, env):
+        extra = device_code_applies(root, other)  # its own facts are all this reads: no second load
         if extra:
             more = store.append(root, other.env, extra)[1]
             if more:

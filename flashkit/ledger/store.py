@@ -273,14 +273,18 @@ def resolve_foreign(
     sources: dict[str, dict[str, Fact]] = {}
     out: dict[str, VerdictFact] = {}
     own_codes = [f for f in facts if isinstance(f, DeviceCodeFact)]
+
+    def source_of(a: Applies, shown: str) -> dict[str, Fact]:
+        if a.source_env not in sources:
+            sources[a.source_env] = _source_facts(root, a, where(a), shown)
+        return sources[a.source_env]
+
     for a in applies:
         if a.source_env is None:
             continue
+        shown = safeio.describe(ledger_path(root, a.source_env), root)
         if a.relation == RELATION_DEVICE_CODE:
-            if a.source_env not in sources:
-                shown = safeio.describe(ledger_path(root, a.source_env), root)
-                sources[a.source_env] = _source_facts(root, a, where(a), shown)
-            out[a.verdict_id] = _device_code_relation(root, a, arts, own_codes, sources[a.source_env], where(a))
+            out[a.verdict_id] = _device_code_relation(a, arts, own_codes, source_of(a, shown), where(a))
             continue
         art = arts.get(a.artifact_id)
         if art is None or (art.wheel_from or {}).get("env") != a.source_env or art.subject(a.tier.subject) != a.subject:
@@ -289,10 +293,7 @@ def resolve_foreign(
                 f"the wheel {a.subject.digest} of {a.source_env} (wheel_from)",
                 hint=_FOREIGN_HINT,
             )
-        shown = safeio.describe(ledger_path(root, a.source_env), root)
-        if a.source_env not in sources:
-            sources[a.source_env] = _source_facts(root, a, where(a), shown)
-        fact = sources[a.source_env].get(a.verdict_id)
+        fact = source_of(a, shown).get(a.verdict_id)
         if not isinstance(fact, VerdictFact):
             what = "no fact" if fact is None else f"a fact of kind {fact.kind}, not a verdict,"
             raise RecordError(
@@ -320,7 +321,6 @@ _RELATION_HINT = (
 
 
 def _device_code_relation(
-    root: Path,
     a: Applies,
     arts: dict[str, Artifact],
     own_codes: list[DeviceCodeFact],

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 GPU_HOST_TORCH_SERIES = "2.11"
 GPU_HOST_CUDA_MAJOR = 13
 GPU_HOST_SM = "9.0"
@@ -43,10 +45,6 @@ class HostSupport:
         return f"here: {self.summary()}; " + "; ".join(self.why)
 
 
-def _series(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(".")[:2])
-
-
 def support(spec) -> HostSupport:
     why: list[str] = []
     flavor = spec.base.flavor
@@ -60,7 +58,7 @@ def support(spec) -> HostSupport:
     sm90 = any(t.split("+")[0].rstrip("af") == GPU_HOST_SM for t in spec.gpu_targets)
     cuda = build and spec.accelerator.kind == "cuda" and sm90
     same_torch = spec.torch_series == GPU_HOST_TORCH_SERIES and spec.accelerator.major == GPU_HOST_CUDA_MAJOR
-    stable = spec.torch_abi == "stable" and _series(spec.torch_series) <= _series(GPU_HOST_TORCH_SERIES)
+    stable = spec.torch_abi == "stable" and Version(spec.torch_series) <= Version(GPU_HOST_TORCH_SERIES)
     gpu = cuda and (same_torch or stable)
     if gpu and same_torch:
         why.append("the wheel can be tested on the H200 host (same torch 2.11 + CUDA 13, sm_90 built)")
