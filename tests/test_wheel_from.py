@@ -56,6 +56,23 @@ def test_render_builds_from_the_source_builder(kit_repo: Path):
     assert "FLASH_KERNELS_TORCH_ABI=stable" in own and "WHEEL_BUILDER_IMAGE" not in own
 
 
+@pytest.mark.parametrize("namespace", [None, "flashkit", "site-a", "org.example_ns"])
+def test_the_source_builder_is_named_the_same_under_any_namespace(kit_repo: Path, monkeypatch, namespace):
+    """buildah writes the FROM name into the image history: a namespaced source name would change the ids."""
+    from flashkit.images import build
+
+    if namespace is None:
+        monkeypatch.delenv(build.NAMESPACE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(build.NAMESPACE_ENV, namespace)
+    plan = load_plan(kit_repo, "cu130-torch213")
+    src = plan.wheel_source
+    builder_ref = build.image_ref(src.env_id, f"{src.tag}-builder")
+    assert builder_ref.startswith(f"{namespace or 'flashkit'}/")
+    name = build.shared_builder_name(builder_ref)
+    assert f"ARG WHEEL_BUILDER_IMAGE={name}\n" in render_dockerfile(plan, host_mem_gib=8)
+
+
 @pytest.mark.parametrize(
     ("edit", "why"),
     [

@@ -127,6 +127,8 @@ def cmd_build(args) -> int:
 
 def cmd_gc(args) -> int:
     r = root(args)
+    # The images this host names are under its namespace (FLASHKIT_IMAGE_NAMESPACE, default flashkit).
+    args.prefix = f"{build.namespace()}/" if args.prefix is None else args.prefix
     gc.check_prefix(args.prefix)  # before the engine is asked for anything
     keep = gc.keep_tags([plan_of(r, s) for s in load_all(r)])
     report = gc.collect(ensure_engine(), keep, prefix=args.prefix, dry_run=args.dry_run, build_cache=args.build_cache)
@@ -205,7 +207,11 @@ def register(sub) -> None:
     p = sub.add_parser("gc", help="remove images of old input hashes and -check rebuilds (frees disk)")
     p.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
     p.add_argument("--build-cache", action="store_true", help="also prune BuildKit's build cache")
-    p.add_argument("--prefix", default=gc.REPO_PREFIX, help=f"repositories to collect (default {gc.REPO_PREFIX})")
+    p.add_argument(
+        "--prefix",
+        default=None,
+        help=f"repositories to collect (default $FLASHKIT_IMAGE_NAMESPACE/, else {gc.REPO_PREFIX})",
+    )
     p.add_argument(
         "--runtime-copies",
         action="store_true",

@@ -102,6 +102,25 @@ def image_ref(env_id: str, tag: str) -> str:
     return f"{namespace()}/{env_id}:{tag}"
 
 
+def shared_builder_name(builder_ref: str) -> str:
+    """The name a ``wheel_from`` env's Containerfile starts from: the source's builder in the fixed namespace.
+
+    buildah writes a FROM name into the image's history, so the source builder's namespaced name would
+    make the same inputs give different ids under different FLASHKIT_IMAGE_NAMESPACE values. The fixed
+    name is the one the rendered Dockerfile defaults to; its tag is the source's input hash, so it names
+    exactly one build whatever host made it.
+    """
+    return f"{IMAGE_REPO}/{builder_ref.partition('/')[2]}"
+
+
+def _name_source_builder(bh: Buildah, src: BuildResult) -> str:
+    """``src``'s builder under its shared name (a second tag on the same image when the namespace is not the default)."""
+    fixed = shared_builder_name(src.builder_ref)
+    if fixed != src.builder_ref:
+        bh.run("tag", src.builder_id, fixed)
+    return fixed
+
+
 def result_path(root: Path, env_id: str, input_hash: str) -> Path:
     return root / WORK / "builds" / f"{env_id}-{input_hash}.json"
 
@@ -322,7 +341,7 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
     cold = buildah.inspect(bh, builder_ref) is None and buildah.inspect(bh, runtime_ref) is None
     bases = make_bases(plan, bh, mirror=opts.site.urls.get("debian_mirror"), log_path=log_path)
     refs = {"builder": builder_ref, "runtime": runtime_ref}
-    args = _build_args(plan, bases, opts, src.builder_ref if src else None)
+    args = _build_args(plan, bases, opts, _name_source_builder(bh, src) if src else None)
     ids = _build_stages(bh, ctx, refs, args, opts, log_path, env_id)
     buildah.push_to_engine(bh, ids["runtime"], runtime_ref, engine)
     seconds = time.monotonic() - start
