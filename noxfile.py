@@ -116,7 +116,7 @@ def tests(session: nox.Session) -> None:
     _kit(session)
     _actionlint(session)
     _buildx(session)
-    args = session.posargs or ["-m", "not network and not docker and not gpu and not aot"]
+    args = session.posargs or ["-m", "not network and not docker and not gpu and not aot and not browser"]
     session.run("pytest", "tests", *args)
 
 
@@ -132,10 +132,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Real-docker tests: bases, the cross-torch abi failure, publish and verify-image against a TLS registry."""
+    """Real-docker tests: bases, the cross-torch abi failure, publish and verify-image against a TLS registry;
+    and the install page in headless Chromium (Debian's `chromium`, driven by Playwright)."""
     _kit(session)
+    session.install("playwright")
     session.run("flashkit", "engine", "ensure", "--install")
-    session.run("pytest", "tests", "-m", "docker or aot", *session.posargs)
+    session.run("pytest", "tests", "-m", "docker or aot or browser", *session.posargs)
 
 
 @nox.session

@@ -57,7 +57,7 @@ def test_actionlint_catches_a_broken_workflow(cli, kit_repo, tmp_path):
 def test_jobs_and_their_order(cli, kit_repo, tmp_path):
     doc = yaml.safe_load(emit(cli, kit_repo, tmp_path / "w.yml", "--gpu-runner", "h200"))
     jobs = doc["jobs"]
-    assert list(jobs) == ["plan", "build", "gpu", "publish", "merge"]
+    assert list(jobs) == ["plan", "build", "gpu", "publish", "merge", "pages"]
     assert jobs["gpu"]["needs"] == ["plan", "build"]
     assert jobs["merge"]["needs"] == ["plan", "build", "gpu", "publish"] and "cancelled" in jobs["merge"]["if"]
     build_steps = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
@@ -69,6 +69,25 @@ def test_jobs_and_their_order(cli, kit_repo, tmp_path):
     publish = "\n".join(s.get("run", "") for s in jobs["publish"]["steps"])
     assert "flashkit publish" in publish and '"$rc" = 17' in publish
     assert "pull_request" in jobs["publish"]["if"]
+
+
+def test_the_pages_job_deploys_the_page_of_the_merged_ledger_from_main_only(cli, kit_repo, tmp_path):
+    pages = yaml.safe_load(emit(cli, kit_repo, tmp_path / "w.yml"))["jobs"]["pages"]
+    assert pages["needs"] == ["merge"]
+    assert "needs.merge.result == 'success'" in pages["if"] and "refs/heads/main" in pages["if"]
+    assert "github.event_name == 'push'" in pages["if"]  # a pull request's verdicts are not main's
+    assert pages["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert pages["environment"]["name"] == "github-pages"
+    steps = pages["steps"]
+    names = [s.get("uses", "").partition("@")[0] for s in steps]
+    order = ["actions/download-artifact", "actions/configure-pages", "actions/upload-pages-artifact",
+             "actions/deploy-pages"]  # fmt: skip
+    assert [n for n in names if n in order] == order
+    download = steps[names.index("actions/download-artifact")]["with"]
+    assert download == {"name": "verified-ledger", "path": "verified"}  # the merge job's output, over the checkout's
+    site = [i for i, s in enumerate(steps) if s.get("run") == "flashkit site --out _site"]
+    assert site and names.index("actions/download-artifact") < site[0] < names.index("actions/upload-pages-artifact")
+    assert steps[names.index("actions/upload-pages-artifact")]["with"] == {"path": "_site"}
 
 
 def test_without_a_gpu_runner_there_is_no_gpu_job_and_it_says_so(cli, kit_repo, tmp_path):
@@ -85,8 +104,11 @@ def test_actions_are_pinned_by_full_commit_sha(cli, kit_repo, tmp_path):
     assert uses
     for ref, comment in uses:
         name, _, sha = ref.partition("@")
-        assert name in {"actions/checkout", "actions/upload-artifact", "actions/download-artifact"}
-        assert re.fullmatch(r"[0-9a-f]{40}", sha) and re.search(r"# v4\.\d+\.\d+", comment)
+        assert name in {
+            "actions/checkout", "actions/upload-artifact", "actions/download-artifact", "actions/configure-pages",
+            "actions/upload-pages-artifact", "actions/deploy-pages",
+        }  # fmt: skip
+        assert re.fullmatch(r"[0-9a-f]{40}", sha) and re.search(r"# v\d+\.\d+\.\d+", comment)
 
 
 def test_same_inputs_same_bytes(cli, kit_repo, tmp_path):

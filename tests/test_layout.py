@@ -18,7 +18,8 @@ ALLOWED = {
     "images": {"core", "binary", "evidence", "plan"},
     "ledger": {"core", "binary", "evidence", "plan", "images"},
     "doctor": {"core", "binary", "plan", "ledger"},
-    "cli": {"core", "binary", "evidence", "plan", "images", "ledger", "doctor"},
+    "site": {"core", "plan", "ledger", "doctor"},
+    "cli": {"core", "binary", "evidence", "plan", "images", "ledger", "doctor", "site"},
 }
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 80

@@ -54,6 +54,21 @@ def test_a_local_version_names_the_cuda_and_a_patch_is_only_a_note(cli, verified
     assert "note: torch patch 2.11.0 (here 2.11.1)" in r.err
 
 
+@pytest.mark.parametrize(
+    ("torch", "note"),
+    [
+        ("2.11.0a0+b4e4ee81d3", "note: torch patch 2.11.0 (here 2.11.0a0)"),  # as NGC's torch spells itself
+        ("2.11.0+git1234abc", None),  # a source build's local label is the builder's, not part of the version
+    ],
+)
+def test_a_pre_release_or_a_builders_label_is_a_torch_version(cli, verified, torch, note):
+    repo, _ = verified
+    r = resolve(cli, repo, "--torch", torch, "--cuda", "13.0", "--python", "3.12")
+    assert r.code == 0, r.err
+    assert f"lockfiles/{ENV}/py3.12.txt" in r.out
+    assert (note in r.err) if note else ("torch patch" not in r.err), r.err
+
+
 def test_json_of_a_fit(cli, verified):
     repo, _ = verified
     r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.11", "--json")

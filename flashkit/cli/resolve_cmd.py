@@ -8,67 +8,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 from flashkit.cli.common import root, say
-from flashkit.core.errors import NoVerifiedFit, SpecError, UsageError
+from flashkit.core.errors import NoVerifiedFit, SpecError
 from flashkit.doctor import repo as repo_facts
-from flashkit.doctor.fit import EnvAnswer, Resolution, resolve
+from flashkit.doctor import resolve_text
 from flashkit.doctor.model import Query
 from flashkit.ledger import gate
 
-_TORCH = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\+(cu|rocm)(\d+(?:\.\d+)*))?")
-
 
 def query_of(args) -> Query:
-    """The command line as a :class:`Query`; a local version (``2.9.1+cu128``) names the CUDA when --cuda does not."""
-    m = _TORCH.fullmatch(args.torch)
-    if not m:
-        raise UsageError(f"--torch {args.torch}: give a torch version such as 2.9.1 or 2.9.1+cu128")
-    kind, accel = ("cuda", args.cuda) if args.cuda else ("rocm", args.rocm) if args.rocm else (None, None)
-    if kind is None and m.group(4):
-        digits = m.group(5)
-        kind = "cuda" if m.group(4) == "cu" else "rocm"
-        accel = digits if "." in digits else f"{digits[:-1]}.{digits[-1]}"  # cu128 -> 12.8
-    for flag, value in (("--cuda", args.cuda), ("--rocm", args.rocm)):
-        if value and not re.fullmatch(r"\d+\.\d+", value):
-            raise UsageError(f"{flag} {value}: give a version such as 12.8 (major.minor)")
+    """The command line as a :class:`Query` (see :func:`resolve_text.parse_query`)."""
     python = args.python or "{}.{}".format(*sys.version_info[:2])
-    if not re.fullmatch(r"3\.\d+", python):
-        raise UsageError(f"--python {python}: give a CPython version such as 3.12")
-    torch = ".".join(g for g in m.group(1, 2, 3) if g is not None)
-    return Query(accelerator=kind, torch=torch, accel_version=accel, cxx11_abi=args.cxx11_abi, python=python)
-
-
-def _describe(q: Query) -> str:
-    accel = f"{'CUDA' if q.accelerator == 'cuda' else 'ROCm'} {q.accel_version}" if q.accelerator else "any CUDA/ROCm"
-    abi = {True: "cxx11 ABI", False: "pre-cxx11 ABI", None: "either C++ ABI"}[q.cxx11_abi]
-    return f"torch {q.torch}, {accel}, Python {q.python}, {abi}"
-
-
-def _say_answer(a: EnvAnswer, head: str) -> None:
-    say(f"{head} {a.env} (torch {a.torch}, {a.accelerator}, image Python {a.python}): {a.status}")
-    for why in a.why_not:
-        if not why.startswith(a.status):  # the status line above already says it
-            say(f"  - {why}")
-    for line in a.evidence:
-        say(f"  evidence: {line}")
-    for note in a.notes:
-        say(f"  note: {note}")
-
-
-def _print_fit(res: Resolution) -> None:
-    best = res.fits[0]
-    _say_answer(best, "fits:")
-    if best.install:
-        say(f"  requirements: {best.requirements} (the kernel wheel: `flashkit wheelhouse {best.env}`)")
-        for line in best.install:
-            print(line)
-    for ref in best.images:
-        print(f"image: {ref}")
-    for other in res.fits[1:]:
-        say(f"also fits: {other.env}")
+    return resolve_text.parse_query(args.torch, cuda=args.cuda, rocm=args.rocm, python=python, cxx11_abi=args.cxx11_abi)
 
 
 def run(args) -> int:
@@ -78,31 +31,18 @@ def run(args) -> int:
     if facts.problem is not None or facts.specs is None:
         problem = facts.problem
         raise SpecError(problem.what if problem else "no env specs", hint=problem.fix if problem else None)
-    res = resolve(q, facts.specs, facts.verification, facts.lock_cuda, facts.requirements)
-    for why in facts.broken.values():
-        say(f"left out, its spec does not validate: {why}")
-    # The answer among the other envs is still given, but a broken spec may be the env that fits: exit 3.
-    broken = SpecError.exit_code if facts.broken else 0
+    res, text = resolve_text.answer(facts, q, policy.describe())
     if args.json:
+        for why in facts.broken.values():
+            say(f"left out, its spec does not validate: {why}")
         print(json.dumps({**res.to_json(), "broken_specs": facts.broken}, indent=2, sort_keys=True))
-        return broken or (0 if res.fits else NoVerifiedFit.exit_code)
-    say(f"flashkit resolve: {_describe(q)} (policy {policy.describe()})")
-    if res.fits:
-        _print_fit(res)
-        return broken
-    for a in res.others:
-        _say_answer(a, "does not fit:")
-    if broken:
-        raise SpecError(
-            f"no verified build fits {_describe(q)} among the envs whose specs validate: {res.reason}; "
-            f"{', '.join(facts.broken)} could not be read",
-            hint="fix the spec(s) named above (`flashkit validate` lists every problem), then ask again",
-        )
-    raise NoVerifiedFit(
-        f"no verified build fits {_describe(q)}: {res.reason}",
-        hint="the envs and their state: `flashkit matrix`; a new env is a new envs/<id>.yaml, "
-        "verified with `nox -s test-<env>`",
-    )
+        # The answer among the other envs is still given, but a broken spec may be the env that fits: exit 3.
+        return SpecError.exit_code if facts.broken else (0 if res.fits else NoVerifiedFit.exit_code)
+    for stream, line in text.lines:
+        print(line, file=sys.stdout if stream == resolve_text.OUT else sys.stderr)
+    if text.error is not None:
+        raise text.error
+    return text.exit_code
 
 
 def register(sub) -> None:

@@ -131,16 +131,29 @@ def _score_python(s: _Score, spec, py: str, cov: Coverage | None) -> None:
 
 
 def _score_torch_version(s: _Score, spec, version: str) -> None:
-    """The same minor scores; a patch that differs costs a little, another minor by how far it is."""
-    here = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
-    env_t = spec.torch.split(".")
-    if here and env_t[:2] == [here.group(1), here.group(2)]:
+    """The same minor scores; a patch (or pre-release) that differs costs a little, another minor by how far
+    it is. A builder's local label (``+cu128``, NGC's ``+b4e4ee81d3``) is not part of the comparison."""
+    here, env = _release(version), _release(spec.torch)
+    if here is None or env is None:
+        return
+    if env[0][:2] == here[0][:2]:
         s.add(40, f"torch {spec.torch}")
-        if here.group(3) is not None and len(env_t) > 2 and env_t[2] != here.group(3):
+        if len(here[0]) > 2 and (env[0][2:3], env[1]) != (here[0][2:3], here[1]):
             s.differs(-2, "torch", f"torch patch {spec.torch} (here {version})", blocks=False)
-    elif here:
-        gap = abs((int(env_t[0]) * 100 + int(env_t[1])) - (int(here.group(1)) * 100 + int(here.group(2))))
+    else:
+        gap = abs((env[0][0] * 100 + env[0][1]) - (here[0][0] * 100 + here[0][1]))
         s.differs(-(10 + gap), "torch", f"torch {spec.torch} (here {version})")
+
+
+def _release(text: str) -> tuple[tuple[int, ...], object] | None:
+    """A torch version's release numbers and pre-release part; None when it is not a version."""
+    from packaging.version import InvalidVersion, Version  # here: see the TYPE_CHECKING note above
+
+    try:
+        v = Version(text)
+    except InvalidVersion:
+        return None
+    return (v.release, v.pre) if len(v.release) >= 2 else None
 
 
 def _score_accelerator_version(s: _Score, spec, accel_here: str, lock_cuda: str | None) -> None:

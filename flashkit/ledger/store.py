@@ -154,6 +154,16 @@ def parse_located(text: str, *, env: str | None, shown: str) -> tuple[Ledger, di
 
 def _parse(text: str, *, env: str | None, shown: str) -> tuple[Ledger, dict[str, str]]:
     """The ledger of ``text`` and, for each fact id, the ``file:line`` it was first read from."""
+    ledger, seen = _parse_checked(text, env, shown)
+    return ledger, dict(seen)
+
+
+# Checking a line (schema, content id, semantics) is most of the cost of reading a ledger, and one command
+# reads a source env's ledger once for itself and again for each env whose applies name it; the install page
+# resolves a thousand choices in one process. The result depends on the arguments only, and a Ledger is
+# immutable, so equal text is checked once. Errors are not cached: they are raised again on the next read.
+@functools.lru_cache(maxsize=64)
+def _parse_checked(text: str, env: str | None, shown: str) -> tuple[Ledger, dict[str, str]]:
     facts: list[Fact] = []
     seen: dict[str, str] = {}
     for number, line in enumerate(text.split("\n"), start=1):

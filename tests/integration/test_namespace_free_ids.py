@@ -20,6 +20,7 @@ from kitsupport import not_built
 
 from flashkit.ledger import store
 
+pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 IDS = (
     ("runtime_id", "image_id"),

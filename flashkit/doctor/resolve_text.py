@@ -1,0 +1,130 @@
+"""What `flashkit resolve` prints for a :class:`~flashkit.doctor.fit.Resolution`, as data.
+
+One function writes the lines, and two readers show them: the command line (stdout for what a script
+uses, stderr for the explanation) and the install page (``flashkit site``), which stores these lines for
+every choice its selector offers. So the page cannot say anything the command would not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+
+from packaging.version import InvalidVersion, Version
+
+from flashkit.core.errors import FlashkitError, NoVerifiedFit, SpecError, UsageError
+from flashkit.doctor.fit import EnvAnswer, Resolution, resolve
+from flashkit.doctor.model import Query
+from flashkit.doctor.repo import RepoFacts
+
+OUT, ERR = "out", "err"
+
+
+@dataclasses.dataclass(frozen=True)
+class Printed:
+    """The lines in the order the command prints them, each with its stream; the exit code; the error the
+    command ends with (printed by the CLI's error handler as ``flashkit: error: ...``), if any."""
+
+    lines: tuple[tuple[str, str], ...]
+    exit_code: int
+    error: FlashkitError | None = None
+
+    def stdout(self) -> tuple[str, ...]:
+        return tuple(text for stream, text in self.lines if stream == OUT)
+
+    def stderr(self) -> tuple[str, ...]:
+        """The explanation, the closing error included, as a terminal shows it."""
+        tail = f"flashkit: error: {self.error}".splitlines() if self.error is not None else []
+        return (*(text for stream, text in self.lines if stream == ERR), *tail)
+
+
+_ACCEL_LABEL = re.compile(r"(cu|rocm)(\d+(?:\.\d+)*)")
+
+
+def parse_query(torch: str, *, cuda: str | None, rocm: str | None, python: str, cxx11_abi: bool | None) -> Query:
+    """The query of `flashkit resolve`'s arguments, or UsageError naming the bad one.
+
+    ``torch`` is what ``torch.__version__`` says: a release (``2.9.1``), a pre-release build such as NGC's
+    (``2.10.0a0+b4e4ee81d3``), or one with a ``+cuNNN``/``+rocmX.Y`` label, which names the accelerator when
+    ``cuda``/``rocm`` do not. Any other local label is the builder's and is left out of the query.
+    """
+    try:
+        version = Version(torch)
+    except InvalidVersion:
+        version = None
+    if version is None or len(version.release) < 2:
+        raise UsageError(f"--torch {torch}: give a torch version such as 2.9.1, 2.9.1+cu128 or 2.10.0a0+b4e4ee81d3")
+    kind, accel = ("cuda", cuda) if cuda else ("rocm", rocm) if rocm else (None, None)
+    label = _ACCEL_LABEL.fullmatch(version.local or "")
+    if kind is None and label:
+        kind = "cuda" if label.group(1) == "cu" else "rocm"
+        digits = label.group(2)
+        accel = digits if "." in digits else f"{digits[:-1]}.{digits[-1]}"  # cu128 -> 12.8
+    for flag, value in (("--cuda", cuda), ("--rocm", rocm)):
+        if value and not re.fullmatch(r"\d+\.\d+", value):
+            raise UsageError(f"{flag} {value}: give a version such as 12.8 (major.minor)")
+    if not re.fullmatch(r"3\.\d+", python):
+        raise UsageError(f"--python {python}: give a CPython version such as 3.12")
+    return Query(accelerator=kind, torch=version.public, accel_version=accel, cxx11_abi=cxx11_abi, python=python)
+
+
+def describe(q: Query) -> str:
+    accel = f"{'CUDA' if q.accelerator == 'cuda' else 'ROCm'} {q.accel_version}" if q.accelerator else "any CUDA/ROCm"
+    abi = {True: "cxx11 ABI", False: "pre-cxx11 ABI", None: "either C++ ABI"}[q.cxx11_abi]
+    return f"torch {q.torch}, {accel}, Python {q.python}, {abi}"
+
+
+def _answer(a: EnvAnswer, head: str) -> list[tuple[str, str]]:
+    out = [(ERR, f"{head} {a.env} (torch {a.torch}, {a.accelerator}, image Python {a.python}): {a.status}")]
+    out += [(ERR, f"  - {why}") for why in a.why_not if not why.startswith(a.status)]  # the status says it
+    out += [(ERR, f"  evidence: {line}") for line in a.evidence]
+    out += [(ERR, f"  note: {note}") for note in a.notes]
+    return out
+
+
+def _fit(res: Resolution) -> list[tuple[str, str]]:
+    best = res.fits[0]
+    out = _answer(best, "fits:")
+    if best.install:
+        out.append((ERR, f"  requirements: {best.requirements} (the kernel wheel: `flashkit wheelhouse {best.env}`)"))
+        out += [(OUT, line) for line in best.install]
+    out += [(OUT, f"image: {ref}") for ref in best.images]
+    pinned = [ref for ref in best.images if "@sha256:" in ref]
+    if pinned:
+        out.append((OUT, f"flashkit verify-image {pinned[0]} --key flashkit.pub"))
+    elif best.python == res.query.python:
+        out.append((ERR, f"  image: none published at its input hash {str(best.input_hash)[:20]}"))
+    out += [(ERR, f"also fits: {other.env}") for other in res.fits[1:]]
+    return out
+
+
+def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -> Printed:
+    """The text of `flashkit resolve` for ``q``: ``policy`` as the policy describes itself, ``broken`` the
+    specs that did not validate (env -> why), which make the exit 3 even when another env fits."""
+    lines = [(ERR, f"left out, its spec does not validate: {why}") for why in broken.values()]
+    lines.append((ERR, f"flashkit resolve: {describe(q)} (policy {policy})"))
+    if res.fits:
+        return Printed((*lines, *_fit(res)), SpecError.exit_code if broken else 0)
+    for a in res.others:
+        lines += _answer(a, "does not fit:")
+    if broken:
+        error: FlashkitError = SpecError(
+            f"no verified build fits {describe(q)} among the envs whose specs validate: {res.reason}; "
+            f"{', '.join(broken)} could not be read",
+            hint="fix the spec(s) named above (`flashkit validate` lists every problem), then ask again",
+        )
+    else:
+        error = NoVerifiedFit(
+            f"no verified build fits {describe(q)}: {res.reason}",
+            hint="the envs and their state: `flashkit matrix`; a new env is a new envs/<id>.yaml, "
+            "verified with `nox -s test-<env>`",
+        )
+    return Printed(tuple(lines), error.exit_code, error)
+
+
+def answer(facts: RepoFacts, q: Query, policy: str) -> tuple[Resolution, Printed]:
+    """``q`` resolved against a checkout's facts (read once by :func:`flashkit.doctor.repo.load`), and its text."""
+    assert facts.specs is not None, "a checkout without readable specs has no answers"
+    res = resolve(q, facts.specs, facts.verification, facts.lock_cuda, facts.requirements)
+    return res, printed(q, res, policy, facts.broken)

@@ -1,0 +1,156 @@
+"""Write the install page: read the checkout once, render the templates, replace the output folder whole.
+
+The same checkout gives the same bytes: nothing here reads a clock, a host name or the order of a folder
+listing, and the JSON is written with sorted keys. Every value reaches the page through Jinja2's
+autoescaping (HTML) or as JSON inside a ``<script type="application/json">`` block, in which ``<``, ``>``
+and ``&`` are written as ``\\u003c`` ... so a ledger value cannot end the block; the page's script shows
+values only as text. So a verdict's reason reading ``<script>`` is shown, never run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+import markupsafe
+
+from flashkit.core.errors import NoVerifiedFit, SpecError, UsageError
+from flashkit.core.names import TIER_ORDER
+from flashkit.doctor import repo as repo_facts
+from flashkit.ledger import gate, store
+from flashkit.site import evidence, plots, selector
+
+MARKER = ".flashkit-site"  # in every folder this command writes: the one kind of folder it replaces
+SELECT_NAMES = (("torch", "torch"), ("accel", "CUDA or ROCm"), ("python", "Python"), ("abi", "C++ ABI"))
+EXITS = {
+    0: "A verified build fits.",
+    NoVerifiedFit.exit_code: "No verified build fits this choice (resolve exits 33).",
+    SpecError.exit_code: "An env spec does not validate, so this answer may be incomplete (resolve exits 3).",
+}
+
+
+def json_for_script(data: object) -> str:
+    """JSON that is safe inside an HTML script block whatever the strings in it hold (so the template may
+    insert it as it is: entities are not decoded inside a script element)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _initial(data: dict) -> list[int]:
+    """The choice shown first: a fit with the fewest notes (its env's own CUDA and Python), newest torch
+    first, either ABI; the newest torch when nothing fits."""
+    sizes = [len(s) for s in data["selects"]]
+    best, best_key = None, None
+    for flat, answer in enumerate(data["pick"]):
+        idx, rest = [], flat
+        for size in reversed(sizes):
+            idx.insert(0, rest % size)
+            rest //= size
+        code, _out, err = data["answers"][answer]
+        notes = sum(data["lines"][i].lstrip().startswith("note:") for i in err)
+        key = (-notes, idx[0])
+        if code == 0 and idx[3] == 0 and (best_key is None or key > best_key):
+            best, best_key = idx, key
+    return best or [sizes[0] - 1, 0, 0, 0]
+
+
+def _newest_fact(root: Path, envs: list[str]) -> str:
+    dates = []
+    for env in envs:
+        try:
+            dates += [f.date for f in store.load(root, env).facts]
+        except Exception:  # an unreadable ledger is a note on its row, not a page that cannot be made
+            continue
+    return max(dates, default="none")
+
+
+def pages(root: Path, policy_text: str | None = None) -> dict[str, bytes]:
+    """Every file of the site, by its path in the folder."""
+    return site(root, policy_text)[0]
+
+
+def site(root: Path, policy_text: str | None = None) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Every file of the site, and the specs that do not validate (env -> why): the page is made from the
+    others, and says so in each answer, as resolve does."""
+    policy = gate.parse_policy(policy_text)
+    facts = repo_facts.load(root, policy_text)
+    if facts.problem is not None or facts.specs is None:
+        problem = facts.problem
+        raise SpecError(problem.what if problem else "no env specs", hint=problem.fix if problem else None)
+    data = selector.selector_data(facts, policy.describe())
+    data["exits"] = {str(k): v for k, v in EXITS.items()}
+    initial = _initial(data)
+    rows = evidence.rows(root)
+    charts, chart_problems = plots.charts(root)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("flashkit.site", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    common = {
+        "policy": policy.describe(),
+        "newest_fact": _newest_fact(root, [r.env for r in rows]),
+        "rows": rows,
+        "tiers": [t.value for t in TIER_ORDER],
+    }
+    selects = [
+        {"name": name, "label": label, "options": opts, "initial": initial[k]}
+        for k, ((name, label), opts) in enumerate(zip(SELECT_NAMES, data["selects"], strict=True))
+    ]
+    index = env.get_template("index.html.j2").render(
+        **common,
+        selects=selects,
+        answers_json=markupsafe.Markup(json_for_script(data)),
+        charts=charts,
+        chart_problems=chart_problems,
+    )
+    out = {
+        "index.html": index.encode(),
+        "evidence.html": env.get_template("evidence.html.j2").render(**common).encode(),
+        MARKER: b"written by `flashkit site`; the command replaces this folder whole\n",
+    }
+    static = resources.files("flashkit.site") / "static"
+    for name in ("site.css", "select.js", "favicon.svg"):
+        out[f"assets/{name}"] = (static / name).read_bytes()
+    return out, dict(facts.broken)
+
+
+def write_site(out: Path, files: dict[str, bytes]) -> None:
+    """Put ``files`` at ``out`` all at once: written in a sibling folder, then renamed over the old site.
+
+    ``out`` must be absent, empty, or a folder this command wrote (it has the marker): a folder of
+    anything else is refused rather than replaced.
+    """
+    out = Path(os.path.abspath(out))
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(f"--out {out}: not a folder", hint="name a new folder, or one `flashkit site` wrote")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise UsageError(
+            f"--out {out}: the folder holds files `flashkit site` did not write (no {MARKER}); it is not replaced",
+            hint="name a new or empty folder",
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    try:
+        for rel, data in sorted(files.items()):
+            path = new / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(0o644)
+        new.chmod(0o755)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / "site")
+            os.replace(new, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(new, out)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
