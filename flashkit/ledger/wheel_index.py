@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from flashkit.binary.torch_abi import STABLE_LABEL, wheel_local_version
+from flashkit.core.atomic import replace_folder, stage_folder
 from flashkit.core.errors import PublishRefused, UsageError
 from flashkit.ledger.wheelhouse import (
     VerifiedWheel,
     copy_wheel,
     simple_index,
-    swap_in,
     write_env_wheelhouse,
     write_tree,
 )
@@ -105,8 +104,7 @@ def write_all(out: Path, checked: list[tuple[VerifiedWheel, dict[str, str]]], sk
     """Stage the index, every env's wheelhouse and the manifest beside ``out``, then swap it in whole."""
     check_out(out)
     _names_unique(checked)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    stage = stage_folder(out)
     try:
         wheels = {}
         for vw, files in checked:
@@ -119,7 +117,7 @@ def write_all(out: Path, checked: list[tuple[VerifiedWheel, dict[str, str]]], sk
             sums = "".join(f"{sha}  {name}\n" for name, sha in sorted(wheels.items()))
             texts |= {"files/SHA256SUMS": sums, **simple_index(sorted(wheels.items()))}
         write_tree(stage, texts)
-        swap_in(stage, out)
+        replace_folder(stage, out)
         return out
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

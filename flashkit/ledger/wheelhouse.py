@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from flashkit.core.atomic import replace_folder, stage_folder
 from flashkit.core.digests import sha256_file as sha256
 from flashkit.core.errors import PublishRefused
 from flashkit.ledger import store
@@ -166,19 +165,6 @@ def write_tree(stage: Path, texts: dict[str, str]) -> None:
         (stage / rel).write_text(text)
 
 
-def swap_in(stage: Path, dest: Path) -> None:
-    """Replace ``dest`` by the filled folder ``stage`` (same parent) whole: readers see the old or the new."""
-    for q in [stage, *stage.rglob("*")]:
-        os.chmod(q, 0o755 if q.is_dir() else 0o644)
-    old = None
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-        os.replace(dest, old / "x")
-    os.replace(stage, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def copy_wheel(vw: VerifiedWheel, files: Path) -> None:
     """The verified wheel into ``files/``, its bytes checked again after the copy."""
     files.mkdir(parents=True, exist_ok=True)
@@ -190,12 +176,12 @@ def copy_wheel(vw: VerifiedWheel, files: Path) -> None:
 def write_env_wheelhouse(out: Path, vw: VerifiedWheel, requirements: dict[str, str]) -> Path:
     """Fill a fresh ``<out>/<env>`` (``requirements``: file name -> text) and swap it in whole."""
     out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{vw.env}.", dir=out))
+    stage = stage_folder(out / vw.env)
     try:
         copy_wheel(vw, stage / "files")
         (stage / "files" / "SHA256SUMS").write_text(f"{vw.sha256}  {vw.path.name}\n")
         write_tree(stage, {**simple_index([(vw.path.name, vw.sha256)]), **requirements})
-        swap_in(stage, out / vw.env)
+        replace_folder(stage, out / vw.env)
         return out / vw.env
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

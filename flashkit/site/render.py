@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 import jinja2
 import markupsafe
 
+from flashkit.core.atomic import replace_folder, stage_folder
 from flashkit.core.errors import NoVerifiedFit, SpecError, UsageError
 from flashkit.core.names import TIER_ORDER
 from flashkit.doctor import repo as repo_facts
@@ -122,7 +122,7 @@ def site(root: Path, policy_text: str | None = None) -> tuple[dict[str, bytes], 
 
 
 def write_site(out: Path, files: dict[str, bytes]) -> None:
-    """Put ``files`` at ``out`` all at once: written in a sibling folder, then renamed over the old site.
+    """Put ``files`` at ``out`` all at once: written in a sibling folder, then swapped with the old site.
 
     ``out`` must be absent, empty, or a folder this command wrote (it has the marker): a folder of
     anything else is refused rather than replaced.
@@ -135,22 +135,13 @@ def write_site(out: Path, files: dict[str, bytes]) -> None:
             f"--out {out}: the folder holds files `flashkit site` did not write (no {MARKER}); it is not replaced",
             hint="name a new or empty folder",
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    new = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    new = stage_folder(out)
     try:
         for rel, data in sorted(files.items()):
             path = new / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-            path.chmod(0o644)
-        new.chmod(0o755)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "site")
-            os.replace(new, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(new, out)
+        replace_folder(new, out)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
         raise
