@@ -32,13 +32,6 @@ def _valid_envs() -> list[str]:
 
 ENVS = _valid_envs()
 RENDER_DIR = ".work/rendered"  # git-ignored
-KIT_DEPS = (
-    "pytest",
-    "ruff==0.17.6",
-    "nox",
-    "bcrypt",
-    "hypothesis",
-)  # bcrypt: the test registry's htpasswd file  # ruff pinned: a new release may add rules and fail lint on unchanged code
 
 # uv when it is installed (fast), else virtualenv, so a fresh host with only `pip install nox` works.
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -47,7 +40,7 @@ nox.options.error_on_missing_interpreters = False
 
 
 def _kit(session: nox.Session) -> None:
-    session.install("-e", ".", *KIT_DEPS)
+    session.install("-e", ".[test]")  # the one list of test dependencies: pyproject.toml's `test` extra
     # Tool versions first, so a log says what ran.
     session.run("python", "-c", "import flashkit; print('flashkit', flashkit.__version__)")
     session.run("hadolint", "--version")
@@ -135,7 +128,6 @@ def integration(session: nox.Session) -> None:
     """Real-docker tests: bases, the cross-torch abi failure, publish and verify-image against a TLS registry;
     and the install page in headless Chromium (Debian's `chromium`, driven by Playwright)."""
     _kit(session)
-    session.install("playwright")
     session.run("flashkit", "engine", "ensure", "--install")
     session.run("pytest", "tests", "-m", "docker or aot or browser", *session.posargs)
 

@@ -104,3 +104,12 @@ def test_modules_and_functions_stay_readable(module):
 def test_the_cli_wires_commands_by_explicit_imports():
     text = (ROOT / "cli" / "main.py").read_text()
     assert "importlib" not in text and "EXTENSIONS" not in text
+
+
+def test_benchmark_results_hold_results_only():
+    """benchmarks/results keeps the latest result of each benchmark (the history is in git): under 1 MB, and
+    no one-off run scripts (a run's commands live in the benchmark scripts' options and the READMEs)."""
+    results = ROOT.parent / "benchmarks" / "results"
+    files = [p for p in results.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 1024 * 1024
+    assert not [p for p in files if p.suffix in (".sh", ".bash")]
