@@ -5,6 +5,7 @@ The logic lives in the `flashkit` CLI; these sessions only create environments a
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
@@ -15,22 +16,36 @@ import nox
 ROOT = Path(__file__).parent
 
 
-def _valid_envs() -> list[str]:
-    """The envs that get sessions. A spec that does not validate is named here, with its errors, and gets no
-    sessions (every one of them would fail at its first flashkit call); the others' sessions are listed as
-    usual, so one broken file does not stop `nox -s tests` or another env's session."""
+def _valid_envs() -> tuple[list[str], dict[str, str]]:
+    """The envs that get sessions, and the specs that do not validate (env -> the error). A broken spec is
+    named on stderr and its env gets one session, ``test-<env>``, that fails with its error (so the command a
+    user types says what is wrong, not "session not found"); the others' sessions are listed as usual, so one
+    broken file does not stop `nox -s tests` or another env's session."""
     names = sorted(p.stem for p in (ROOT / "envs").glob("*.yaml"))
     try:
         from flashkit.plan.specfile import load_each
     except ImportError:  # nox without flashkit installed next to it: the sessions install it and check then
-        return names
+        return names, {}
     specs, broken = load_each(ROOT)
     for env, exc in broken.items():
         print(f"nox: envs/{env}.yaml does not validate, so it has no sessions:\n{exc}", file=sys.stderr)
-    return [str(s.id) for s in specs]
+    if broken and LISTING:
+        atexit.register(_exit_listing_with_spec_error)
+    return [str(s.id) for s in specs], {env: str(exc) for env, exc in broken.items()}
 
 
-ENVS = _valid_envs()
+# `nox -l` ends with exit 0 whatever the noxfile says; a listing that left a spec out must not look clean to a
+# script, so it ends with the spec error's exit code (3), as `flashkit matrix` does.
+LISTING = any(a in ("-l", "--list", "--list-sessions", "--json") for a in sys.argv[1:])
+
+
+def _exit_listing_with_spec_error() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(3)
+
+
+ENVS, BROKEN = _valid_envs()
 RENDER_DIR = ".work/rendered"  # git-ignored
 
 # uv when it is installed (fast), else virtualenv, so a fresh host with only `pip install nox` works.
@@ -197,6 +212,13 @@ def _delegate(command: str):
 
     return body
 
+
+def _broken(session: nox.Session, env: str) -> None:
+    session.error(f"envs/{env}.yaml does not validate:\n{BROKEN[env]}\n(`flashkit validate` lists every problem)")
+
+
+for _env in BROKEN:
+    _env_session("test", _env, f"envs/{_env}.yaml does not validate: this session only says why.", _broken)
 
 for _env in ENVS:
     _env_session("lock", _env, f"Resolve lockfiles/{_env}/ for every Python (needs PyPI).", _lock)

@@ -444,15 +444,21 @@ def test_ci_workflow_names_a_broken_spec_and_exits_3(one_broken, cli, tmp_path):
     assert cli("--repo", str(one_broken), "ci-workflow", BROKEN, "-o", str(out)).code == 3
 
 
-def test_nox_names_a_broken_spec_and_lists_the_other_envs(one_broken):
+def test_nox_names_a_broken_spec_lists_the_other_envs_and_exits_3(one_broken):
     pytest.importorskip("nox")
     shutil.copy(REPO / "noxfile.py", one_broken / "noxfile.py")
-    proc = subprocess.run(
-        [sys.executable, "-m", "nox", "-l", "-f", "noxfile.py"], capture_output=True, text=True, cwd=one_broken
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert NAMED in proc.stderr
-    assert "test-cu130-torch211 -> " in proc.stdout and f"test-{BROKEN} " not in proc.stdout
+
+    def nox(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "nox", "-f", "noxfile.py", *args]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=one_broken, timeout=120)
+
+    listed = nox("-l")
+    assert listed.returncode == 3, listed.stderr  # a listing that left a spec out does not look clean
+    assert NAMED in listed.stderr
+    assert "test-cu130-torch211 -> " in listed.stdout and f"build-{BROKEN} " not in listed.stdout
+    assert f"test-{BROKEN} -> envs/{BROKEN}.yaml does not validate" in listed.stdout
+    ran = nox("-s", f"test-{BROKEN}")  # the command a user types says what is wrong, not "session not found"
+    assert ran.returncode == 1 and NAMED in ran.stderr and "does not validate" in ran.stderr
 
 
 def test_doctor_reads_the_other_envs_and_keeps_the_broken_one_apart(one_broken):
