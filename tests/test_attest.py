@@ -9,9 +9,9 @@ import os
 import pytest
 
 from flashkit.core.errors import AttestationInvalid, KeyFileError
-from flashkit.ledger import attest
 from flashkit.ledger.gate import parse_policy
-from flashkit.ledger.verify_image import check_policy
+from flashkit.publish import attest
+from flashkit.publish.verify_image import check_policy
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

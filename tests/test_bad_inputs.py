@@ -24,7 +24,7 @@ from kitsupport import artifact, full_ledger, input_hash, snapshot, verdict
 
 from flashkit.core.errors import FlashkitError, PullBackMismatch
 from flashkit.ledger import store
-from flashkit.ledger.registry_api import Registry, Target, access, manifest_parts
+from flashkit.publish.registry import Registry, Target, access, manifest_parts
 
 ENV = "cu130-torch211"
 SPEC = f"envs/{ENV}.yaml"

@@ -350,7 +350,7 @@ def test_lock_refuses_bad_spec_without_touching_lockfiles(case: Bad, kit_repo, c
     env_id = _write_case(kit_repo, case)
     before = tree_snapshot(kit_repo)
     # Validation and rules run before the resolver: if they did not, this would fail loudly.
-    from flashkit.plan import resolve
+    from flashkit.resolver import uv as resolve
 
     monkeypatch.setattr(resolve, "resolve", lambda spec: pytest.fail("resolver reached for a bad spec"))
     res = cli("--repo", str(kit_repo), "lock", env_id)

@@ -56,7 +56,7 @@ def test_a_lock_that_does_not_fit_the_spec_is_stale(kit_repo, cli, monkeypatch, 
         raise EngineError("no engine on this host")
 
     # Refused before any engine is looked for: the same answer on a host that has none.
-    monkeypatch.setattr("flashkit.cli.image_cmds.ensure_engine", no_engine)
+    monkeypatch.setattr("flashkit.cli.image_cmd.ensure_engine", no_engine)
     p = kit_repo / "lockfiles" / "cu130-torch211" / "base.txt"
     p.write_text(edit(p.read_text()))
     spec = load_env(kit_repo, "cu130-torch211")

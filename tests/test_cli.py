@@ -91,12 +91,12 @@ def test_no_command_prints_help_and_usage_code(cli):
 
 
 def test_internal_errors_hide_the_traceback_unless_debug(kit_repo, cli, monkeypatch):
-    from flashkit.cli import plan_cmds
+    from flashkit.cli import plan_cmd
 
     def boom(args):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(plan_cmds, "cmd_validate", boom)
+    monkeypatch.setattr(plan_cmd, "cmd_validate", boom)
     res = cli("--repo", str(kit_repo), "validate")
     assert res.code == 1 and "kaboom" in res.err and "Traceback" not in res.err
     res = cli("--debug", "--repo", str(kit_repo), "validate")

@@ -123,10 +123,10 @@ def test_a_signal_unwinds_the_command_stops_its_children_and_exits_128_plus_its_
 
 
 def test_sigterm_is_the_commands_only_while_it_runs_and_a_callers_own_handler_is_kept(kit_repo, cli, monkeypatch):
-    from flashkit.cli import plan_cmds
+    from flashkit.cli import plan_cmd
 
     seen = []
-    monkeypatch.setattr(plan_cmds, "cmd_validate", lambda args: seen.append(signal.getsignal(signal.SIGTERM)) or 0)
+    monkeypatch.setattr(plan_cmd, "cmd_validate", lambda args: seen.append(signal.getsignal(signal.SIGTERM)) or 0)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         assert cli("--repo", str(kit_repo), "validate").code == 0

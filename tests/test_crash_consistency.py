@@ -211,9 +211,9 @@ def test_a_site_killed_at_100_points_is_the_old_or_the_new_never_missing(tmp_pat
 
 
 def test_a_wheelhouse_killed_at_100_points_is_the_old_or_the_new(tmp_path):
-    from flashkit.ledger import wheel_index
     from flashkit.ledger.gate import parse_policy
-    from flashkit.ledger.wheelhouse import VerifiedWheel
+    from flashkit.publish import wheel_index
+    from flashkit.publish.wheelhouse import VerifiedWheel
 
     rng = random.Random(SEED + 4)
     wheel = tmp_path / "flash_kernels-0.1.0+cu130stable2.10-cp39-abi3-linux_x86_64.whl"

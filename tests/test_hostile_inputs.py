@@ -47,7 +47,7 @@ def silent_registry():
 def test_verify_image_against_a_silent_registry_times_out(cli, tmp_path, monkeypatch, silent_registry):
     if not shutil.which("skopeo"):
         pytest.skip("skopeo is not installed")
-    from flashkit.ledger import attest
+    from flashkit.publish import attest
 
     _, pub = attest.generate_keys(tmp_path / "keys", repo_root=None)
     monkeypatch.setenv("FLASHKIT_REGISTRY_TIMEOUT", "2")
@@ -61,7 +61,7 @@ def test_verify_image_against_a_silent_registry_times_out(cli, tmp_path, monkeyp
 def test_a_bad_registry_timeout_is_a_usage_error(cli, tmp_path, monkeypatch):
     if not shutil.which("skopeo"):
         pytest.skip("skopeo is not installed")
-    from flashkit.ledger import attest
+    from flashkit.publish import attest
 
     _, pub = attest.generate_keys(tmp_path / "keys", repo_root=None)
     monkeypatch.setenv("FLASHKIT_REGISTRY_TIMEOUT", "forever")

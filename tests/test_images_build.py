@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flashkit.core.errors import UsageError
-from flashkit.images import build, site
+from flashkit.images import build, site_inputs
 from flashkit.plan.plan import load_plan
 
 
@@ -43,7 +43,7 @@ def test_context_copies_what_was_hashed_not_what_the_tree_holds_later(kit_repo, 
 
 
 def test_site_urls_come_from_flags_then_environment():
-    got = site.gather(
+    got = site_inputs.gather(
         {"pip_index_url": "https://pypi.example/simple"}, {"FLASHKIT_DEBIAN_MIRROR": "http://mirror.example/debian"}
     )
     assert got.urls == {"pip_index_url": "https://pypi.example/simple", "debian_mirror": "http://mirror.example/debian"}
@@ -56,14 +56,14 @@ def test_site_urls_come_from_flags_then_environment():
 )
 def test_credentials_in_a_site_url_are_refused_with_the_way_to_pass_them(url):
     with pytest.raises(UsageError, match="FLASHKIT_NETRC"):
-        site.gather({"pip_index_url": url}, {})
+        site_inputs.gather({"pip_index_url": url}, {})
 
 
 def test_secret_files_exist_only_during_the_build(tmp_path):
     netrc = tmp_path / "netrc"
     netrc.write_text("machine pypi.example login u password p\n")
-    inputs = site.gather({"pip_index_url": "https://pypi.example/simple"}, {"FLASHKIT_NETRC": str(netrc)})
-    with site.SecretFiles(inputs) as args:
+    inputs = site_inputs.gather({"pip_index_url": "https://pypi.example/simple"}, {"FLASHKIT_NETRC": str(netrc)})
+    with site_inputs.SecretFiles(inputs) as args:
         pairs = dict(a.split(",", 1) for a in args if a != "--secret")
         index_file = pairs["id=pip-index"].removeprefix("src=")
         assert Path(index_file).read_text() == "https://pypi.example/simple"
@@ -130,7 +130,7 @@ def test_other_build_failures_keep_buildah_s_own_words(tmp_path):
 
 def test_quiet_build_output_keeps_buildahs_step_lines():
     """`build --quiet` shows buildah's step headers and stage commits, nothing of the steps' own output."""
-    from flashkit.cli.image_cmds import shown_when_quiet
+    from flashkit.cli.image_cmd import shown_when_quiet
 
     shown = [
         "STEP 1/4: FROM scratch\n",

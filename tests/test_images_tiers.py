@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from flashkit.binary import fatbin, torch_abi
-from flashkit.images import tiers
 from flashkit.images.build import BuildResult
+from flashkit.verify import tiers
 
 # A Debian-built interpreter exports the C API from the executable itself (no libpython.so).
 PYTHON = "/usr/bin/python3"

@@ -14,12 +14,27 @@ ALLOWED = {
     "core": set(),
     "evidence": set(),  # runs on GPU hosts with the standard library alone
     "binary": {"core", "evidence"},
-    "plan": {"core"},
+    "plan": {"core"},  # pure: reads and checks; runs no tool
+    "resolver": {"core", "plan"},  # uv, to write lockfiles
     "images": {"core", "binary", "evidence", "plan"},
-    "ledger": {"core", "binary", "evidence", "plan", "images"},
+    "verify": {"core", "binary", "evidence", "plan", "images"},  # the tiers, run on built images
+    "ledger": {"core", "binary", "evidence", "plan", "images", "verify"},
+    "publish": {"core", "binary", "evidence", "plan", "images", "ledger"},  # registry, attestations, wheelhouse
     "doctor": {"core", "binary", "plan", "ledger"},
     "site": {"core", "plan", "ledger", "doctor"},
-    "cli": {"core", "binary", "evidence", "plan", "images", "ledger", "doctor", "site"},
+    "cli": {
+        "core",
+        "binary",
+        "evidence",
+        "plan",
+        "resolver",
+        "images",
+        "verify",
+        "ledger",
+        "publish",
+        "doctor",
+        "site",
+    },
 }
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 80

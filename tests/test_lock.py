@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from flashkit.plan import lock, production, resolve
+from flashkit.plan import lock, production
 from flashkit.plan.plan import read_locks
 from flashkit.plan.specfile import load_all, load_env
+from flashkit.resolver import uv as resolve
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)

@@ -213,7 +213,7 @@ def test_matrix_lists_the_pythons_each_env_covers(cli):
 
 
 def test_wheelhouse_serves_the_pythons_the_wheel_tag_allows():
-    from flashkit.ledger.wheelhouse import served
+    from flashkit.publish.wheelhouse import served
 
     pys = ["3.9", "3.10", "3.11", "3.12", "3.13"]
     ok, out = served("flash_kernels-0.1.0+cu130torch2.11cxx11abitrue-cp310-abi3-linux_x86_64.whl", pys)

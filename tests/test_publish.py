@@ -9,8 +9,8 @@ from kitsupport import artifact, full_ledger
 from flashkit.core.errors import PublishRefused, UsageError
 from flashkit.ledger import store
 from flashkit.ledger.gate import DEFAULT_POLICY, gate, parse_policy
-from flashkit.ledger.publish import refuse_hint
-from flashkit.ledger.registry_api import Target, parse_target
+from flashkit.publish.push import refuse_hint
+from flashkit.publish.registry import Target, parse_target
 
 IMG = "sha256:" + "1" * 64
 
@@ -97,7 +97,7 @@ def test_cli_refuses_an_env_never_built(kit_repo, cli):
 def test_a_status_code_inside_a_port_is_not_a_refused_login():
     """A registry on port 41401 that died mid-upload gave a broken pipe that read as "401" (a flaky
     integration failure): only a status code standing as a word means a refused login."""
-    from flashkit.ledger.registry_api import auth_refused
+    from flashkit.publish.registry import auth_refused
 
     died = (
         'writing blob: Patch "https://127.0.0.1:41401/v2/org/flash/blobs/uploads/6fe8-401a?_state=x401%3D": write tcp'

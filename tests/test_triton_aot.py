@@ -16,12 +16,12 @@ from kitsupport import REPO, input_hash, triton_site
 
 from flashkit.core.errors import LockError, RecordError, TierError
 from flashkit.core.names import Tier, Verdict
-from flashkit.images import triton_aot
-from flashkit.images.tiers import TierOutcome
 from flashkit.ledger import gate, record, store
 from flashkit.plan import inputhash, triton_pin
 from flashkit.plan.plan import load_plan
 from flashkit.plan.specfile import load_env
+from flashkit.verify import triton_aot
+from flashkit.verify.tiers import TierOutcome
 
 ROCM = "rocm64-torch27"
 CUDA = "cu130-torch211"

@@ -126,7 +126,7 @@ def test_two_wheels_of_one_name_are_refused_with_what_to_do():
     from types import SimpleNamespace
 
     from flashkit.core.errors import PublishRefused
-    from flashkit.ledger.wheel_index import _names_unique
+    from flashkit.publish.wheel_index import _names_unique
 
     def wheel(env: str, name: str, digest: str):
         return SimpleNamespace(env=env, path=Path("/x") / name, sha256=digest), {}

@@ -20,11 +20,12 @@ from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import NotVerified, RecordError, UsageError
 from flashkit.core.names import Tier
-from flashkit.images import triton_aot
 from flashkit.images.build import WORK
 from flashkit.ledger import gate, record, store
-from flashkit.plan import resolve, triton_pin
+from flashkit.plan import triton_pin
 from flashkit.plan.plan import Plan
+from flashkit.resolver import uv as resolve
+from flashkit.verify import triton_aot
 
 
 def _aot_lock_text(r: Path, plan: Plan) -> str | None:

@@ -17,19 +17,19 @@ import traceback
 from flashkit.cli import (
     aot_cmd,
     doctor_cmd,
-    image_cmds,
-    ledger_cmds,
+    image_cmd,
+    ledger_cmd,
     matrix_cmd,
-    plan_cmds,
+    plan_cmd,
     resolve_cmd,
     site_cmd,
-    trust_cmds,
+    trust_cmd,
 )
 from flashkit.core import errors
 from flashkit.core.errors import FlashkitError, Terminated
 
 EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
-GROUPS = (plan_cmds, matrix_cmd, image_cmds, ledger_cmds, aot_cmd, trust_cmds, doctor_cmd, resolve_cmd, site_cmd)
+GROUPS = (plan_cmd, matrix_cmd, image_cmd, ledger_cmd, aot_cmd, trust_cmd, doctor_cmd, resolve_cmd, site_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

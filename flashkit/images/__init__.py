@@ -1,1 +1,1 @@
-"""The image edge: the container engine, Debian bases, builds, containers and the verification tiers run in them."""
+"""The image edge: the container engine, Debian bases, builds and the containers the tiers run in."""

@@ -34,7 +34,7 @@ from flashkit.core.atomic import utc_now, write_json_atomic
 from flashkit.core.digests import sha256_file
 from flashkit.core.errors import BuildError, SpecError
 from flashkit.core.names import label
-from flashkit.images import base, buildah, site
+from flashkit.images import base, buildah, site_inputs
 from flashkit.images.buildah import Buildah
 from flashkit.images.container import image_inspect
 from flashkit.images.engine import Engine
@@ -241,7 +241,7 @@ class BuildOptions:
     no_cache: bool = False
     check: bool = False  # the second build of `build --check`: own tags, no cache, not the build of record
     host_mem_gib: int = 8
-    site: site.SiteInputs = dataclasses.field(default_factory=lambda: site.SiteInputs({}, None, None))
+    site: site_inputs.SiteInputs = dataclasses.field(default_factory=lambda: site_inputs.SiteInputs({}, None, None))
     on_line: Callable[[str], None] = lambda line: None
     buildah_root: str | None = None  # another storage: an independent builder (default $FLASHKIT_BUILDAH_ROOT)
 
@@ -386,7 +386,7 @@ def _build_stages(
     sizing = job_sizing(opts.host_mem_gib)
     jobs = {"build-jobs": f"MAX_JOBS={sizing.max_jobs}\nNVCC_THREADS={sizing.nvcc_threads}\n"}
     ids: dict[str, str] = {}
-    with site.SecretFiles(opts.site, jobs) as secrets:
+    with site_inputs.SecretFiles(opts.site, jobs) as secrets:
         for stage in STAGES:
             iid = ctx.parent / f"{ctx.name}.{stage}.iid"
             cmd = [*args, *secrets, "--target", stage, "-t", refs[stage], "--iidfile", str(iid)]

@@ -1,1 +1,1 @@
-"""The verification ledger: typed, content-addressed, append-only records, the publish gate, publishing and wheelhouses."""
+"""The verification ledger: typed, content-addressed, append-only records, the publish gate and recording."""

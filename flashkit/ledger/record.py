@@ -27,7 +27,6 @@ from flashkit.core.errors import FlashkitError
 from flashkit.core.names import Subject, Tier, Verdict
 from flashkit.evidence import devicecode
 from flashkit.images.build import BuildResult
-from flashkit.images.tiers import TierOutcome
 from flashkit.ledger import store
 from flashkit.ledger.model import (
     RELATION_DEVICE_CODE,
@@ -41,6 +40,7 @@ from flashkit.ledger.model import (
 )
 from flashkit.ledger.store import Ledger
 from flashkit.plan.envid import EnvId
+from flashkit.verify.tiers import TierOutcome
 
 MAX_REASONS = 200
 MAX_REASON_CHARS = 4000

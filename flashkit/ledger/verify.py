@@ -15,12 +15,12 @@ from flashkit.core.errors import NotVerified, TierError
 from flashkit.core.names import Tier, Verdict
 from flashkit.images.build import BuildResult, load_result
 from flashkit.images.engine import Engine
-from flashkit.images.tiers import TierOutcome, run_tiers
 from flashkit.ledger.device_code import record_for_build
 from flashkit.ledger.gate import Judgement, judgements
 from flashkit.ledger.model import Artifact
 from flashkit.ledger.record import record_build, record_outcomes
 from flashkit.plan.plan import Plan
+from flashkit.verify.tiers import TierOutcome, run_tiers
 
 
 def cached_build(root: Path, plan: Plan) -> BuildResult:

@@ -9,7 +9,7 @@ import datetime as dt
 import ipaddress
 from pathlib import Path
 
-from flashkit.images.local_registry import LocalRegistry
+from flashkit.publish.local_registry import LocalRegistry
 
 USER = "flash-publisher"
 PASSWORD = "s3cret-Pa55word-for-tests"

@@ -23,8 +23,9 @@ from kitsupport import input_hash
 from regsupport import PASSWORD, USER, start_secure_registry
 
 from flashkit.evidence import devicecode
-from flashkit.ledger import attest, store
+from flashkit.ledger import store
 from flashkit.ledger.model import RELATION_DEVICE_CODE
+from flashkit.publish import attest
 
 pytestmark = [
     pytest.mark.docker,

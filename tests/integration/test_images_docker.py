@@ -10,10 +10,11 @@ import pytest
 
 from flashkit.core import paths
 from flashkit.core.errors import BaseImageError, ContainerError
-from flashkit.images import base, build, buildah, tiers
+from flashkit.images import base, build, buildah
 from flashkit.images.container import Container, image_inspect, image_remove
 from flashkit.plan import baselock
 from flashkit.plan.plan import load_plan
+from flashkit.verify import tiers
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,11 +27,13 @@ from kitsupport import artifact, input_hash, verdict
 from regsupport import PASSWORD, USER, start_secure_registry
 
 from flashkit.core.errors import PushFailed, RegistryAuthFailed
-from flashkit.images.local_registry import LocalRegistry
-from flashkit.ledger import attest, publish, store
+from flashkit.ledger import store
 from flashkit.ledger.gate import Policy, parse_policy
-from flashkit.ledger.publish import PublishRequest
-from flashkit.ledger.registry_api import Registry, Target, access, engine_to_layout, layout_manifest
+from flashkit.publish import attest
+from flashkit.publish import push as publish
+from flashkit.publish.local_registry import LocalRegistry
+from flashkit.publish.push import PublishRequest
+from flashkit.publish.registry import Registry, Target, access, engine_to_layout, layout_manifest
 
 pytestmark = [
     pytest.mark.docker,
@@ -395,10 +397,10 @@ import sys
 from pathlib import Path
 from flashkit.core.errors import FlashkitError
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import publish
+from flashkit.publish import push as publish
 from flashkit.ledger.gate import parse_policy
-from flashkit.ledger.publish import PublishRequest
-from flashkit.ledger.registry_api import Target
+from flashkit.publish.push import PublishRequest
+from flashkit.publish.registry import Target
 root, ref, host, h, key = sys.argv[1:6]
 req = PublishRequest(Path(root), "cu130-torch211", h, h[:20], ref, parse_policy(None), Target(host, "org/flash"),
                      ("torch2.11-cu13.0",), Path(key), {})

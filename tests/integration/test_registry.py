@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from flashkit.images.container import image_inspect, image_remove
-from flashkit.images.local_registry import LocalRegistry
+from flashkit.publish.local_registry import LocalRegistry
 
 pytestmark = [
     pytest.mark.docker,

@@ -6,22 +6,23 @@ import os
 from pathlib import Path
 
 from flashkit.cli.common import add_install_engine_option, plans, root, say
-from flashkit.cli.image_cmds import add_site_options, build_options
+from flashkit.cli.image_cmd import add_site_options, build_options
 from flashkit.core import paths
 from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishRefused, RecordError, UsageError
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import device_code, gate, gpu_import, migrate, record, store, verify, wheel_index, wheelhouse
+from flashkit.ledger import device_code, gate, gpu_import, migrate, record, store, verify
 from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.model import where_it_ran
-from flashkit.ledger.publish import PublishRequest, publish_image, require_a_build
-from flashkit.ledger.registry_api import REGISTRY_ENV, parse_target
 from flashkit.plan import production
 from flashkit.plan.envid import EnvId
 from flashkit.plan.lock import check_python
 from flashkit.plan.plan import plan_of
 from flashkit.plan.specfile import broken_specs, env_ids, load_each, load_env
+from flashkit.publish import wheel_index, wheelhouse
+from flashkit.publish.push import PublishRequest, publish_image, require_a_build
+from flashkit.publish.registry import REGISTRY_ENV, parse_target
 
 
 def _tiers(text: str) -> tuple[Tier, ...]:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from flashkit.core.errors import AttestationInvalid, AttestationMissing, PolicyNotMet
-from flashkit.ledger import attest
 from flashkit.ledger.gate import Policy
-from flashkit.ledger.registry_api import Registry, Target, layout_blob, layout_manifest
+from flashkit.publish import attest
+from flashkit.publish.registry import Registry, Target, layout_blob, layout_manifest
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,14 +12,14 @@ from flashkit.cli.common import add_install_engine_option, mem, plans, root, spe
 from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import NotReproducible, UsageError
-from flashkit.images import base, build, build_check, buildah, gc, site
+from flashkit.images import base, build, build_check, buildah, gc, site_inputs
 from flashkit.images.engine import ensure_engine
-from flashkit.images.local_registry import LocalRegistry
 from flashkit.ledger import store
 from flashkit.ledger.record import record_build
 from flashkit.plan import baselock, rules
 from flashkit.plan.plan import plan_of
 from flashkit.plan.specfile import load_all
+from flashkit.publish.local_registry import LocalRegistry
 
 # buildah's progress: "[2/3] STEP 7/15: RUN ..." opens a step (no "[n/m] " for a one-stage file), "[3/3] COMMIT
 # ..." and "Successfully tagged ..." close a stage; "Error: ..." is buildah's own failure line.
@@ -44,7 +44,7 @@ def build_options(args, **extra) -> build.BuildOptions:
         "pip_index_url": getattr(args, "pip_index_url", None),
         "debian_mirror": getattr(args, "debian_mirror", None),
     }
-    return build.BuildOptions(host_mem_gib=mem(args), site=site.gather(urls), on_line=on_line, **extra)
+    return build.BuildOptions(host_mem_gib=mem(args), site=site_inputs.gather(urls), on_line=on_line, **extra)
 
 
 def cmd_engine(args) -> int:

@@ -16,10 +16,11 @@ from flashkit.cli.common import mem, plans, root, say, specs
 from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
-from flashkit.plan import bake, ci_matrix, ci_workflow, production, resolve, rules
+from flashkit.plan import bake, ci_matrix, ci_workflow, production, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
 from flashkit.plan.specfile import broken_specs, load_all, load_each, load_env
+from flashkit.resolver import uv as resolve
 
 
 def write_output(target: str, text: str) -> None:

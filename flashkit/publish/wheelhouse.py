@@ -45,8 +45,8 @@ from flashkit.core.digests import sha256_file as sha256
 from flashkit.core.errors import PublishRefused
 from flashkit.ledger import store
 from flashkit.ledger.gate import GateDecision, Policy, gate
-from flashkit.ledger.publish import refuse_hint, refuse_message
 from flashkit.plan import production
+from flashkit.publish.push import refuse_hint, refuse_message
 
 DEFAULT_OUT = Path(".work/wheelhouse")
 

@@ -7,8 +7,8 @@ has ``verified/`` and the image. Nothing touches the registry until the gate has
 The published image is the judged image itself, unchanged: its config digest (the image id) is the
 one the verdicts name and the one a second builder gets from the same inputs. What the gate decided
 (tiers, counts, policy, where each tier ran) travels beside it as a signed attestation
-(:mod:`flashkit.ledger.attest`), not in labels. The registry client is skopeo
-(:mod:`flashkit.ledger.registry_api`), with the user's credentials.
+(:mod:`flashkit.publish.attest`), not in labels. The registry client is skopeo
+(:mod:`flashkit.publish.registry`), with the user's credentials.
 
 Order of operations, so that a refused, failed or interrupted publish leaves no tag:
 
@@ -45,11 +45,12 @@ from typing import Any
 
 from flashkit.core.atomic import utc_now
 from flashkit.core.errors import PublishRefused, PullBackMismatch, PushFailed, UsageError
-from flashkit.ledger import attest, store
+from flashkit.ledger import store
 from flashkit.ledger.gate import GPU_TIERS, GateDecision, Policy, gate
 from flashkit.ledger.model import RELATION_DEVICE_CODE, Publication
 from flashkit.ledger.record import append_with_applies
-from flashkit.ledger.registry_api import (
+from flashkit.publish import attest
+from flashkit.publish.registry import (
     Registry,
     Target,
     access,

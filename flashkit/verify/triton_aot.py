@@ -36,10 +36,10 @@ from pathlib import Path
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import TierError
 from flashkit.core.names import Tier, Verdict
-from flashkit.images.tiers import TierOutcome, host_facts
 from flashkit.plan import hosts, inputhash
 from flashkit.plan.plan import Plan
 from flashkit.plan.triton_pin import TritonPin
+from flashkit.verify.tiers import TierOutcome, host_facts
 
 PACKAGE_DIR = "flash_kernels"  # the kernel package's folder in the repo: its sources' paths start here
 MODULE = "flash_kernels.aot"

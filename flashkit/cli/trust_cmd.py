@@ -7,9 +7,10 @@ from pathlib import Path
 
 from flashkit.cli.common import root
 from flashkit.core.errors import KeyFileError, SpecError
-from flashkit.ledger import attest, gate
-from flashkit.ledger.registry_api import Registry, access, parse_image_ref
-from flashkit.ledger.verify_image import verify_image
+from flashkit.ledger import gate
+from flashkit.publish import attest
+from flashkit.publish.registry import Registry, access, parse_image_ref
+from flashkit.publish.verify_image import verify_image
 
 
 def cmd_key(args) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 from flashkit.binary.torch_abi import STABLE_LABEL, wheel_local_version
 from flashkit.core.atomic import replace_folder, stage_folder
 from flashkit.core.errors import PublishRefused, UsageError
-from flashkit.ledger.wheelhouse import (
+from flashkit.publish.wheelhouse import (
     VerifiedWheel,
     copy_wheel,
     simple_index,
