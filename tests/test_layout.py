@@ -128,3 +128,37 @@ def test_benchmark_results_hold_results_only():
     files = [p for p in results.rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 1024 * 1024
     assert not [p for p in files if p.suffix in (".sh", ".bash")]
+
+
+# Where a process may be started other than through flashkit.core.procs.run: the standard-library-only GPU
+# host runner (it must not import the kit), c++filt's best-effort demangling (any failure falls back to
+# another demangler), and the long-lived or streamed children that procs.stop ends (buildah build's log,
+# dockerd, the local registry, triton-aot's worker group).
+OWN_PROCESS_CALLS = {
+    "flashkit.evidence.artifact_check": 2,
+    "flashkit.binary.elf": 1,
+    "flashkit.images.buildah": 1,
+    "flashkit.images.engine": 1,
+    "flashkit.publish.local_registry": 1,
+    "flashkit.verify.triton_aot": 1,
+}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_external_commands_run_through_one_wrapper(module):
+    """flashkit.core.procs.run gives every call a time limit and turns a missing, hung or failing tool into
+    the caller's error; a module that calls subprocess itself must be one of the listed exceptions."""
+    if module == "flashkit.core.procs":
+        return
+    calls = [
+        node
+        for node in ast.walk(ast.parse(modules()[module].read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "subprocess"
+        and node.func.attr in ("run", "Popen", "call", "check_call", "check_output")
+    ]
+    assert len(calls) == OWN_PROCESS_CALLS.get(module, 0), (
+        f"{module} starts {len(calls)} process(es) with subprocess directly: use flashkit.core.procs.run"
+    )

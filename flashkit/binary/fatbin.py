@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
 
 from flashkit.binary.elf import ElfReadError, _elftools, host_path, open_regular
+from flashkit.core import procs
 from flashkit.evidence import devicecode
 
 
@@ -125,10 +125,10 @@ def _cuobjdump_listing(exe: str, hpath: str, path: str, parse_error: Exception) 
     cubins: dict[str, None] = {}
     ptx: dict[str, None] = {}
     for flag in ("--list-elf", "--list-ptx"):
-        try:
-            proc = subprocess.run([exe, flag, hpath], capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise FatbinError(f"{path}: {parse_error}; cuobjdump {flag} failed: {exc}") from None
+        proc = procs.run(
+            [exe, flag, hpath], timeout=300, error=FatbinError, what=f"{path}: {parse_error}; cuobjdump {flag}",
+            capture_output=True, text=True,
+        )  # fmt: skip
         if proc.returncode != 0:
             why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
             raise FatbinError(f"{path}: {parse_error}; cuobjdump {flag} cannot list it either: {why[0]}")

@@ -7,13 +7,12 @@ import contextlib
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from flashkit.cli.common import mem, plans, root, say, specs
-from flashkit.core import paths
+from flashkit.core import paths, procs
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
 from flashkit.plan import bake, ci_matrix, ci_workflow, production, rules
@@ -161,10 +160,7 @@ def cmd_lint(args) -> int:
             path.write_text(_accepted_dockerfile(plan, host_mem), encoding="utf-8")
             config = r / ".hadolint.yaml"
             cmd = [hadolint, "--no-color", *(["--config", str(config)] if config.is_file() else []), str(path)]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise ToolError(f"could not run hadolint: {exc}") from None
+            proc = procs.run(cmd, timeout=120, what="hadolint", capture_output=True, text=True)
             pin = {
                 "pinned": "pinned by digest",
                 "local": "local mmdebstrap bases at the base lock's versions (lockfiles/<env>/base.txt)",

@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import types
@@ -44,6 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flashkit.binary import elf, fatbin, linking
+from flashkit.core import procs
 from flashkit.doctor import target_probe
 
 # Distributions whose versions the doctor reports (names as importlib.metadata spells them).
@@ -284,22 +284,16 @@ def _run_target(python: str, entry: Callable[..., Any], args: tuple, timeout: fl
     # A neutral working directory: run from the checkout, '' on sys.path would
     # import the flash_kernels source tree instead of the installed package.
     with tempfile.TemporaryDirectory(prefix="flashkit-probe-") as cwd:
-        try:
-            proc = subprocess.run(
-                [python, "-c", code, json.dumps(list(args))],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                cwd=cwd,
-            )
-        except FileNotFoundError:
-            raise RuntimeError(f"interpreter {python} not found") from None
-        except PermissionError:
-            raise RuntimeError(f"interpreter {python} is not executable") from None
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{python} did not answer within {timeout:.0f} s") from None
-        except OSError as exc:
-            raise RuntimeError(f"could not run {python}: {exc}") from None
+        proc = procs.run(
+            [python, "-c", code, json.dumps(list(args))],
+            timeout=timeout,
+            error=RuntimeError,
+            what=f"interpreter {python}",
+            timeout_message=f"{python} did not answer within {timeout:.0f} s",
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+        )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_MARK):
             return json.loads(line[len(_MARK) :])
@@ -329,7 +323,7 @@ def probe_nvcc(path: str | None = None) -> Nvcc | None:
     path = path or find_nvcc()
     if path is None:
         return None
-    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    proc = procs.run([path, "--version"], timeout=TOOL_TIMEOUT_S, error=RuntimeError, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{path} --version exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
     m = _NVCC_RELEASE.search(proc.stdout)
@@ -343,19 +337,21 @@ def probe_gpus() -> tuple[Gpu, ...]:
     if exe is None:
         return ()
     fields = "name,compute_cap,driver_version,memory.total"
-    proc = subprocess.run(
+    proc = procs.run(
         [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+        timeout=TOOL_TIMEOUT_S,
+        error=RuntimeError,
         capture_output=True,
         text=True,
-        timeout=TOOL_TIMEOUT_S,
     )
     if proc.returncode != 0:
         # older drivers do not know compute_cap: ask without it
-        proc = subprocess.run(
+        proc = procs.run(
             [exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+            timeout=TOOL_TIMEOUT_S,
+            error=RuntimeError,
             capture_output=True,
             text=True,
-            timeout=TOOL_TIMEOUT_S,
         )
         if proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip()[-300:]

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from flashkit.core import procs
 from flashkit.core.digests import sha256_file as sha256
 from flashkit.core.errors import BaseImageError, UsageError
 from flashkit.core.textcheck import check_site_url
@@ -43,6 +44,8 @@ from flashkit.plan.spec import EnvSpec
 log = logging.getLogger(__name__)
 
 SUITES = ("bookworm", "trixie")
+# A base is a few hundred packages from the archive: minutes, never an hour unless the mirror hangs.
+MMDEBSTRAP_TIMEOUT_S = 3600
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PUBLIC_ARCHIVE = DEFAULT_MIRROR  # what the image's sources.list names, whichever mirror built it
 # dpkg's list of what is installed, written out of the chroot by a customize hook.
@@ -152,7 +155,10 @@ def _run_mmdebstrap(argv: list[str], epoch: int, log_path: Path, spec: EnvSpec) 
         logf.write(f"$ SOURCE_DATE_EPOCH={epoch} {' '.join(argv)}\n")
         logf.flush()
         env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
-        res = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        res = procs.run(
+            argv, timeout=MMDEBSTRAP_TIMEOUT_S, error=BaseImageError, what=f"mmdebstrap ({spec.id}'s base)",
+            stdout=logf, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
     if res.returncode == 0:
         return
     text = log_path.read_text(errors="replace")

@@ -33,7 +33,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from flashkit.core import procs
-from flashkit.core.errors import BuildError, ToolError
+from flashkit.core.errors import BuildError, ContainerError, ToolError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,10 @@ class Buildah:
         return {"tool": f"buildah {self.version}", "storage": f"{self.driver}:{self.graph_root}"}
 
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-        res = subprocess.run(self.argv(*args), capture_output=True, text=True, env=self.env(), timeout=timeout)
+        res = procs.run(
+            self.argv(*args), timeout=timeout, error=BuildError, what=f"`buildah {' '.join(args[:3])}`",
+            capture_output=True, text=True, env=self.env(),
+        )  # fmt: skip
         if check and res.returncode != 0:
             what = f"`buildah {' '.join(args[:3])}`"
             raise no_space_error(self, what, res.stderr) or BuildError(
@@ -269,14 +272,16 @@ class WorkingContainer:
             args += ["--volume", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
         args += ["--workingdir", workdir] if workdir else []
         args += ["--user", user] if user else []
-        res = subprocess.run(
+        res = procs.run(
             self.bh.argv(*args, self.cid, "--", *argv),
+            timeout=timeout,
+            error=ContainerError,
+            what=f"`{' '.join(argv[:3])}` in the build container",
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
             env=self.bh.env(),
-            timeout=timeout,
         )
         return ExecResult(tuple(argv), res.returncode, res.stdout)
 

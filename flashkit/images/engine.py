@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from flashkit.core import procs
 from flashkit.core.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ DEFAULT_SOCKET = "/var/run/docker.sock"
 # docker.io: the engine the tiers run in; mmdebstrap + buildah: reproducible bases and images; skopeo: the
 # registry client (publish, verify-image); diffoscope-minimal: what differs between two layers;
 # docker-registry: a real registry (TLS, htpasswd) for the publish tests.
+APT_TIMEOUT_S = 1800  # apt-get update or install of the engine packages (about 300 MB)
 APT_PACKAGES = ("docker.io", "mmdebstrap", "buildah", "skopeo", "diffoscope-minimal", "docker-registry")
 
 
@@ -87,7 +89,9 @@ def _check_version(info: dict) -> None:
 def _missing_packages() -> list[str]:
     missing = []
     for pkg in APT_PACKAGES:
-        res = subprocess.run(["dpkg-query", "-W", "-f", "${Status}", pkg], capture_output=True, text=True)
+        res = procs.run(
+            ["dpkg-query", "-W", "-f", "${Status}", pkg], timeout=60, error=EngineError, capture_output=True, text=True
+        )
         if "install ok installed" not in res.stdout:
             missing.append(pkg)
     return missing
@@ -102,7 +106,8 @@ def _install_packages() -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     log.info("installing %s with apt-get", " ".join(missing))
     for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *missing]):
-        res = subprocess.run(argv, capture_output=True, text=True, env=env)
+        # An install fetches from the archive: long, but not forever on a mirror that stopped answering.
+        res = procs.run(argv, timeout=APT_TIMEOUT_S, error=EngineError, capture_output=True, text=True, env=env)
         if res.returncode != 0:
             raise EngineError(f"`{' '.join(argv)}` failed (exit {res.returncode})", detail=res.stderr[-2000:])
 

@@ -21,7 +21,9 @@ import re
 import zipfile
 from pathlib import Path
 
+from flashkit.core import procs
 from flashkit.core.digests import sha256_file as sha256
+from flashkit.core.errors import ToolError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,13 +228,12 @@ def explain_layer(first: Path, second: Path, out: Path, timeout_s: int = 900) ->
     the times they were written with, and ``--timestamp`` sets them only in the layer's tar stream.
     """
     import shutil
-    import subprocess
 
     if not shutil.which("diffoscope"):
         return ("(diffoscope is not installed: apt-get install diffoscope-minimal)",)
     argv = ["diffoscope", "--text", str(out), "--exclude-directory-metadata=yes", "--max-report-size", str(4 << 20)]
     try:
-        subprocess.run([*argv, str(first), str(second)], capture_output=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return (f"(diffoscope did not finish within {timeout_s}s; partial report in {out})",)
+        procs.run([*argv, str(first), str(second)], timeout=timeout_s, what="diffoscope", capture_output=True)
+    except ToolError as exc:  # the report names what differs; diffoscope failing must not hide that they differ
+        return (f"({exc}; partial report in {out})",)
     return differing_files(out.read_text(errors="replace"), (str(first), str(second))) if out.exists() else ()

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flashkit.core import procs
 from flashkit.core.errors import PullBackMismatch, PushFailed, RegistryAuthFailed, ToolError, UsageError
 from flashkit.core.textcheck import NETRC_HINT
 
@@ -250,13 +251,15 @@ class Registry:
     ) -> subprocess.CompletedProcess | None:
         """``transfer``: a whole image moves (push, pull), under the long limit; else one request's limit."""
         limit = SKOPEO_TIMEOUT_S if transfer else request_timeout()
-        try:
-            res = subprocess.run(["skopeo", *argv], capture_output=True, timeout=limit)
-        except subprocess.TimeoutExpired:  # run() has killed skopeo by then
-            raise PushFailed(
-                f"{what}: {self.target.host} did not answer within {limit:g}s",
-                hint=f"check that the registry is up and reachable; for a slow one set {REQUEST_TIMEOUT_ENV} (seconds)",
-            ) from None
+
+        def timed_out(message: str) -> PushFailed:
+            hint = f"check that the registry is up and reachable; for a slow one set {REQUEST_TIMEOUT_ENV} (seconds)"
+            return PushFailed(message, hint=hint)
+
+        res = procs.run(
+            ["skopeo", *argv], timeout=limit, what=f"{what}: skopeo", timeout_error=timed_out,
+            timeout_message=f"{what}: {self.target.host} did not answer within {limit:g}s", capture_output=True,
+        )  # fmt: skip
         if res.returncode == 0:
             return res
         err = self.access.redact(res.stderr.decode(errors="replace")).strip()
@@ -336,10 +339,12 @@ class Registry:
 
 def engine_to_layout(image_id: str, layout: Path, name: str = "image") -> None:
     """Copy the engine's image ``image_id`` into ``oci:layout:name`` (layers gzip-compressed, config unchanged)."""
-    res = subprocess.run(
+    res = procs.run(
         ["skopeo", "copy", "--quiet", f"docker-daemon:{image_id}", f"oci:{layout}:{name}"],
-        capture_output=True,
         timeout=SKOPEO_TIMEOUT_S,
+        error=PushFailed,
+        what=f"reading image {image_id} out of the engine",
+        capture_output=True,
     )
     if res.returncode != 0:
         raise PushFailed(f"reading image {image_id} out of the engine failed", detail=res.stderr.decode()[-800:])

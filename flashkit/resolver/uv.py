@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from flashkit.core import paths
+from flashkit.core import paths, procs
 from flashkit.core.atomic import write_texts_atomic
 from flashkit.core.errors import LockError, ToolError
 from flashkit.plan import production
@@ -74,12 +73,10 @@ def _compile(
             Path(tmp, "requirements.txt").write_text(prefer, encoding="utf-8")
             args += ["-o", "requirements.txt"]
         args.append("requirements.in")
-        try:
-            proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=900)
-        except OSError as exc:
-            raise ToolError(f"could not run uv ({uv}): {exc}") from None
-        except subprocess.TimeoutExpired:
-            raise LockError(f"{spec.id}: uv pip compile did not finish in 15 minutes") from None
+        proc = procs.run(
+            args, timeout=900, error=ToolError, timeout_error=LockError, what=f"{spec.id}: uv pip compile ({uv})",
+            cwd=tmp, capture_output=True, text=True,
+        )  # fmt: skip
         out = Path(tmp, "requirements.txt").read_text(encoding="utf-8") if prefer is not None else proc.stdout
     if proc.returncode != 0:
         if python is not None and "No solution found" in proc.stderr:

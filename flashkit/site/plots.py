@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
+
+from flashkit.core import procs
+from flashkit.core.errors import ToolError
 
 RESULTS = "benchmarks/results"
 # What each implementation is, in the words a reader knows.
@@ -61,14 +63,13 @@ class Chart:
 def _commit(root: Path, rel: str) -> tuple[int, str]:
     """When and in which commit the file was last recorded (0, "not in git" outside a git checkout)."""
     try:
-        res = subprocess.run(
+        res = procs.run(
             ["git", "-C", str(root), "log", "-1", "--format=%ct %H", "--", rel],
+            timeout=30,
             capture_output=True,
             text=True,
-            timeout=30,
-            check=False,
         )
-    except (OSError, subprocess.SubprocessError):
+    except ToolError:  # no git, or it hangs: the chart says so rather than the page failing
         return 0, "not in git"
     parts = res.stdout.split()
     return (int(parts[0]), parts[1]) if res.returncode == 0 and len(parts) == 2 else (0, "not in git")
