@@ -105,3 +105,30 @@ def test_manifest_is_canonical_and_has_no_absolute_paths(kit_repo):
     assert all(not p.startswith("/") for p, _mode, _sha in sources)
     assert [s[0] for s in sources] == sorted(s[0] for s in sources)
     assert str(kit_repo) not in repr(spec.normalized())
+
+
+def test_the_kernel_tree_is_read_once_while_it_does_not_change(kit_repo, monkeypatch):
+    """Planning every env reads the kernel tree once; any change to a file, or to a symlink's target,
+    is read again (the memo is keyed by each file's stat, of the link and of its target)."""
+    from flashkit.core import safeio
+
+    target = kit_repo / "shared.h"  # outside the kernel tree: only the link is in it
+    target.write_text("int a;\n")
+    (kit_repo / "flash_kernels" / "csrc" / "linked.h").symlink_to(target)
+    reads = []
+    real = safeio.read_bytes
+    kernels = str(kit_repo / "flash_kernels")
+
+    def counted(path, *a, **k):
+        if str(path).startswith(kernels):
+            reads.append(path)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(safeio, "read_bytes", counted)
+    first = h(kit_repo)
+    count = len(reads)
+    assert h(kit_repo) == first and load_plan(kit_repo, "cu124-torch26").input_hash
+    assert len(reads) == count  # nothing of the tree read again
+    target.write_text("int b;\n")  # the same size, through the link too
+    changed = h(kit_repo)
+    assert changed != first and len(reads) > count

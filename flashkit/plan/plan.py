@@ -126,6 +126,13 @@ def _excluded_dir(name: str) -> bool:
     return name in EXCLUDED_DIRS or name.endswith(".egg-info")
 
 
+# The kernel tree is every env's input, and a command that plans every env (matrix, resolve, the site) read
+# and hashed it once per env. Its files are read again only when one of them changed: the memo is keyed by
+# each file's path and stat (of the file and, for a symlink, of its target), so an edit, even of the same size
+# in the same second (nanosecond times), misses it.
+_SOURCES_MEMO: dict[tuple[str, str], tuple[tuple, tuple[SourceFile, ...]]] = {}
+
+
 def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
     """Every file of the kernel package, by content. A symlink must stay inside the repository and is
     read as its target's bytes (that is what a build would copy); other special files are refused."""
@@ -134,8 +141,31 @@ def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
         raise SpecError(
             f"kernel sources {kernel_source!r} not found under the repository root ({root}); the input hash needs them"
         )
-    out: list[SourceFile] = []
-    total = 0
+    files = _source_files(root, base)
+    key = (os.path.realpath(root), kernel_source)
+    stamp = tuple((str(f), _stamp(f)) for f in files)
+    memo = _SOURCES_MEMO.get(key)
+    if memo is not None and memo[0] == stamp and None not in (s for _, s in stamp):
+        return memo[1]
+    out = _read_source_files(root, kernel_source, files)
+    _SOURCES_MEMO[key] = (stamp, out)
+    return out
+
+
+def _stamp(path: Path) -> tuple | None:
+    """What changes when the file (or a symlink's target) does; None when it cannot be read (a dangling
+    link): such a tree is read again, and the read says what is wrong with it."""
+    try:
+        own = os.lstat(path)
+        both = (own, os.stat(path)) if stat.S_ISLNK(own.st_mode) else (own,)
+    except OSError:
+        return None
+    return tuple((s.st_ino, s.st_dev, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_mode) for s in both)
+
+
+def _source_files(root: Path, base: Path) -> list[Path]:
+    """The kernel package's files in read order, folders excluded as the input hash excludes them."""
+    files = []
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not _excluded_dir(d))
         for d in dirnames:
@@ -144,16 +174,20 @@ def read_sources(root: Path, kernel_source: str) -> tuple[SourceFile, ...]:
                 raise SpecError(
                     f"{rel}: a symlink to a folder in the kernel sources", hint="replace it with the folder"
                 )
-        for name in sorted(filenames):
-            if name.endswith(EXCLUDED_SUFFIXES):
-                continue
-            full = Path(dirpath, name)
-            data = safeio.read_bytes(full, what="kernel source", error=SpecError, max_bytes=MAX_SOURCE_BYTES, root=root)
-            total += len(data)
-            if total > MAX_SOURCES_TOTAL:
-                raise SpecError(f"{kernel_source}: the kernel sources exceed {MAX_SOURCES_TOTAL // safeio.MIB} MiB")
-            mode = "100755" if os.stat(full).st_mode & stat.S_IXUSR else "100644"
-            out.append(SourceFile(full.relative_to(root).as_posix(), mode, data, hashlib.sha256(data).hexdigest()))
+        files += [Path(dirpath, name) for name in sorted(filenames) if not name.endswith(EXCLUDED_SUFFIXES)]
+    return files
+
+
+def _read_source_files(root: Path, kernel_source: str, files: list[Path]) -> tuple[SourceFile, ...]:
+    out: list[SourceFile] = []
+    total = 0
+    for full in files:
+        data = safeio.read_bytes(full, what="kernel source", error=SpecError, max_bytes=MAX_SOURCE_BYTES, root=root)
+        total += len(data)
+        if total > MAX_SOURCES_TOTAL:
+            raise SpecError(f"{kernel_source}: the kernel sources exceed {MAX_SOURCES_TOTAL // safeio.MIB} MiB")
+        mode = "100755" if os.stat(full).st_mode & stat.S_IXUSR else "100644"
+        out.append(SourceFile(full.relative_to(root).as_posix(), mode, data, hashlib.sha256(data).hexdigest()))
     return tuple(sorted(out, key=lambda s: s.path))
 
 
