@@ -19,7 +19,7 @@ import jinja2
 import markupsafe
 
 from flashkit.core.atomic import replace_folder, stage_folder
-from flashkit.core.errors import NoVerifiedFit, SpecError, UsageError
+from flashkit.core.errors import FlashkitError, NoVerifiedFit, SpecError, UsageError
 from flashkit.core.names import TIER_ORDER
 from flashkit.doctor import repo as repo_facts
 from flashkit.ledger import gate, store
@@ -64,7 +64,7 @@ def _newest_fact(root: Path, envs: list[str]) -> str:
     for env in envs:
         try:
             dates += [f.date for f in store.load(root, env).facts]
-        except Exception:  # an unreadable ledger is a note on its row, not a page that cannot be made
+        except FlashkitError:  # an unreadable ledger is a note on its row, not a page that cannot be made
             continue
     return max(dates, default="none")
 
