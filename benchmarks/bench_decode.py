@@ -12,10 +12,12 @@ Each implementation is timed two ways:
 - graph: CUDA-graph replay of 20 calls, per call (the kernels and launch gaps only).
 plus host: Python's wall time per call to issue 200 calls without waiting for the GPU.
 
-Implementations: cuda (kvcache_fwd, dense cache), cuda_paged16/64/256 (the same data in shuffled pages of
+Implementations: api (flash_attn_with_kvcache as a user calls it, backend auto: host checks and all),
+cuda (kvcache_fwd, dense cache), cuda_s<n> (the same with n splits forced, with --splits), cuda_paged16/64/256 (the same data in shuffled pages of
 16/64/256 rows through a block table), triton (flash_attn_with_kvcache on the Triton backend),
 sdpa_cudnn / sdpa_flash on the same unexpanded cache (enable_gqa) where the backend takes it, else on a
-copy with the kv heads repeated to the q heads (noted per row). Every output is compared with a float32
+copy with the kv heads repeated to the q heads (noted per row); SDPA's backend is selected once around its
+measurement, as a model does. Every output is compared with a float32
 reference; a difference over 0.02 fails the run (exit 1).
 
     PYTHONPATH=flash_kernels python3 benchmarks/bench_decode.py [--out-dir DIR] [--quick]
@@ -138,16 +140,19 @@ def measure(name, fn, ref, rep_ms, nbytes, copy_bw, graph=True):
 
 
 def sdpa_runner(backend, q, k_cache, v_cache):
-    """SDPA on the unexpanded cache (enable_gqa) if the backend takes it, else on a head-repeated copy."""
+    """SDPA on the unexpanded cache (enable_gqa) if the backend takes it, else on a head-repeated copy.
+
+    The backend is selected by the caller, once around the measurement (``sdpa_kernel`` costs tens of
+    microseconds of host time per entry; a model sets it once, not per call)."""
     qt = q.transpose(1, 2)
     kt, vt = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
 
     def gqa():
-        with sdpa_kernel([backend]):
-            return sdpa(qt, kt, vt, enable_gqa=True).transpose(1, 2)
+        return sdpa(qt, kt, vt, enable_gqa=True).transpose(1, 2)
 
     try:
-        gqa()
+        with sdpa_kernel([backend]):
+            gqa()
         return gqa, "unexpanded cache (enable_gqa)"
     except RuntimeError:
         pass
@@ -156,10 +161,10 @@ def sdpa_runner(backend, q, k_cache, v_cache):
     ve = v_cache.repeat_interleave(group, 2).transpose(1, 2)
 
     def expanded():
-        with sdpa_kernel([backend]):
-            return sdpa(qt, ke, ve).transpose(1, 2)
+        return sdpa(qt, ke, ve).transpose(1, 2)
 
-    expanded()  # raises when the backend refuses this shape altogether
+    with sdpa_kernel([backend]):
+        expanded()  # raises when the backend refuses this shape altogether
     return expanded, f"kv heads repeated x{group} (backend refused enable_gqa)"
 
 
@@ -179,6 +184,17 @@ def run_shape(shape, args, copy_bw):
         return _cuda.kvcache_fwd(q, k_cache, v_cache, seqlens, None, None, None, scale, -1, -1, 0.0, 0)
 
     rows.append(measure("cuda", cuda_dense, ref, args.rep_ms, nbytes, copy_bw))
+
+    def api():  # what a user calls: flash_attn_with_kvcache, backend auto (the CUDA kernel here)
+        return fk.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, softmax_scale=scale)
+
+    rows.append(measure("api", api, ref, args.rep_ms, nbytes, copy_bw))
+    for splits in args.splits:
+
+        def cuda_split(splits=splits):
+            return _cuda.kvcache_fwd(q, k_cache, v_cache, seqlens, None, None, None, scale, -1, -1, 0.0, splits)
+
+        rows.append(measure(f"cuda_s{splits}", cuda_split, ref, args.rep_ms, nbytes, copy_bw))
     for page in PAGE_SIZES:
         kp, vp, table = to_pages(k_cache, v_cache, page, g)
 
@@ -207,7 +223,8 @@ def run_shape(shape, args, copy_bw):
     for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
         try:
             fn, how = sdpa_runner(backend, q, k_cache, v_cache)
-            row = measure(name, fn, ref, args.rep_ms, nbytes, copy_bw)
+            with sdpa_kernel([backend]):
+                row = measure(name, fn, ref, args.rep_ms, nbytes, copy_bw)
             row["note"] = how
             rows.append(row)
         except RuntimeError as exc:
@@ -249,6 +266,23 @@ def summarise(rows):
                 entry[f"paged{page}_over_dense_graph"] = (
                     p["graph_us"] / mine["graph_us"] if p["graph_us"] and mine["graph_us"] else None
                 )
+        api = by.get("api")
+        cudnn = by.get("sdpa_cudnn")
+        if api:
+            entry["api_call_us"] = api["call_us"]
+            entry["api_host_us"] = api["host_us"]
+            if cudnn:
+                entry["api_vs_cudnn_call"] = cudnn["call_us"] / api["call_us"]
+                entry["api_vs_cudnn_graph"] = (
+                    cudnn["graph_us"] / api["graph_us"] if cudnn["graph_us"] and api["graph_us"] else None
+                )
+        forced = {r["impl"]: r for r in by.values() if r["impl"].startswith("cuda_s")}
+        if forced:
+            best = min(forced.values(), key=lambda r: r["graph_us"] or r["call_us"])
+            entry["best_forced_splits"] = best["impl"]
+            entry["auto_over_best_forced_graph"] = (
+                mine["graph_us"] / best["graph_us"] if mine["graph_us"] and best["graph_us"] else None
+            )
         for other in ("sdpa_cudnn", "sdpa_flash", "triton"):
             o = by.get(other)
             if o:
@@ -292,6 +326,25 @@ def markdown(result):
         )
     lines += [
         "",
+        "## flash_attn_with_kvcache as users call it, against SDPA cuDNN (ratio > 1: flash_kernels is faster)",
+        "",
+        "| shape (b, keys, hq, hk, d) | api call us | cuDNN call us | api vs cuDNN (call) | api vs cuDNN (graph) | "
+        "api host us | best forced splits | auto / best (graph) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in result["summary"]:
+
+        def g(key, e=e, fmt="{:.2f}"):
+            v = e.get(key)
+            return fmt.format(v) if isinstance(v, float) else (v if isinstance(v, str) else "-")
+
+        lines.append(
+            f"| {e['shape']} | {g('api_call_us', fmt='{:.1f}')} | {g('sdpa_cudnn_call_us', fmt='{:.1f}')} | "
+            f"{g('api_vs_cudnn_call')} | {g('api_vs_cudnn_graph')} | {g('api_host_us', fmt='{:.1f}')} | "
+            f"{g('best_forced_splits')} | {g('auto_over_best_forced_graph')} |"
+        )
+    lines += [
+        "",
         "## CUDA kernel against the others (ratio > 1: the CUDA kernel is faster)",
         "",
         "| shape (b, keys, hq, hk, d) | cuda call us | share call | share graph | vs cuDNN (call) | "
@@ -323,7 +376,7 @@ def plot(result, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    impls = ["cuda", "cuda_paged16", "cuda_paged64", "cuda_paged256", "triton", "sdpa_cudnn", "sdpa_flash"]
+    impls = ["api", "cuda", "cuda_paged16", "cuda_paged64", "cuda_paged256", "triton", "sdpa_cudnn", "sdpa_flash"]
     shapes = [tuple(e["shape"]) for e in result["summary"]]
     labels = [f"b{s[0]} k{s[1] // 1024}k\n{s[2]}/{s[3]} d{s[4]}" for s in shapes]
     fig, ax = plt.subplots(figsize=(11, 4.5))
@@ -363,6 +416,13 @@ def main(argv=None):
         help="b,keys,hq,hk,d[;...] instead of the table's shapes (a GPU session's time is short: measure what changed)",
     )
     ap.add_argument("--cuda-only", action="store_true", help="the CUDA kernel alone (dense and paged), no others")
+    ap.add_argument(
+        "--splits",
+        type=lambda s: [int(x) for x in s.split(",") if x],
+        default=[],
+        help="also time the dense CUDA kernel with these forced split-KV counts (e.g. 1,2,4,8,16,32): "
+        "how far the automatic choice is from the best one",
+    )
     args = ap.parse_args(argv)
     if not _cuda.is_built() or not hasattr(torch.ops.flash_kernels_cuda, "kvcache_fwd"):
         print(f"the CUDA KV-cache kernel is not built: {_cuda.import_error()}", file=sys.stderr)
