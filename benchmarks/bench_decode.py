@@ -13,8 +13,9 @@ Each implementation is timed two ways:
 plus host: Python's wall time per call to issue 200 calls without waiting for the GPU.
 
 Implementations: api (flash_attn_with_kvcache as a user calls it, backend auto: host checks and all),
-cuda (kvcache_fwd, dense cache), cuda_s<n> (the same with n splits forced, with --splits), cuda_paged16/64/256 (the same data in shuffled pages of
-16/64/256 rows through a block table), triton (flash_attn_with_kvcache on the Triton backend),
+cuda (kvcache_fwd, dense cache), cuda_s<n> (the same with n splits forced, with --splits),
+cuda_paged16/64/256 (the same data in shuffled pages of 16/64/256 rows through a block table),
+triton (flash_attn_with_kvcache on the Triton backend),
 sdpa_cudnn / sdpa_flash on the same unexpanded cache (enable_gqa) where the backend takes it, else on a
 copy with the kv heads repeated to the q heads (noted per row); SDPA's backend is selected once around its
 measurement, as a model does. Every output is compared with a float32
@@ -28,6 +29,7 @@ Writes DIR/decode.json, DIR/decode.md (and decode.png with matplotlib), each nam
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -180,8 +182,8 @@ def run_shape(shape, args, copy_bw):
     ref = reference(q, k_cache, v_cache)
     rows = []
 
-    def cuda_dense():
-        return _cuda.kvcache_fwd(q, k_cache, v_cache, seqlens, None, None, None, scale, -1, -1, 0.0, 0)
+    def cuda_dense(splits=0):  # 0: the kernel's own split choice
+        return _cuda.kvcache_fwd(q, k_cache, v_cache, seqlens, None, None, None, scale, -1, -1, 0.0, splits)
 
     rows.append(measure("cuda", cuda_dense, ref, args.rep_ms, nbytes, copy_bw))
 
@@ -190,11 +192,9 @@ def run_shape(shape, args, copy_bw):
 
     rows.append(measure("api", api, ref, args.rep_ms, nbytes, copy_bw))
     for splits in args.splits:
-
-        def cuda_split(splits=splits):
-            return _cuda.kvcache_fwd(q, k_cache, v_cache, seqlens, None, None, None, scale, -1, -1, 0.0, splits)
-
-        rows.append(measure(f"cuda_s{splits}", cuda_split, ref, args.rep_ms, nbytes, copy_bw))
+        rows.append(
+            measure(f"cuda_s{splits}", functools.partial(cuda_dense, splits), ref, args.rep_ms, nbytes, copy_bw)
+        )
     for page in PAGE_SIZES:
         kp, vp, table = to_pages(k_cache, v_cache, page, g)
 

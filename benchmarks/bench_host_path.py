@@ -8,11 +8,12 @@ Each shape is timed at every layer of the call, outermost first, so the differen
 costs:
 
 - ``api``: the flash_attn-compatible function (flash_kernels.flash_attn_with_kvcache / flash_attn_func /
-  flash_attn_varlen_func): argument checks, backend choice, the torch.library custom op;
-- ``custom_op``: the registered op (flash_kernels.ops.*) called with the backend already chosen: torch's
-  custom-op dispatch and the op's Python body;
-- ``op_body``: the same op's Python function called directly, without torch's custom-op dispatch (the
-  difference to ``custom_op`` is what that dispatch costs);
+  flash_attn_varlen_func): the call signature's memo (the checks and backend choice run once per
+  signature), then the op's body;
+- ``custom_op``: the registered op (flash_kernels.ops.attn_*) called with the backend already chosen:
+  torch's custom-op dispatch and the op's Python body (what torch.compile runs; eager calls skip it);
+- ``op_body``: the op's plain body (flash_kernels.ops.kvcache_fwd / dense_fwd / varlen_fwd), what eager
+  calls run (the difference to ``custom_op`` is what torch's dispatch costs);
 - ``wrapper``: flash_kernels._cuda's function: the Python wrapper around the C++ op;
 - ``torch_op``: ``torch.ops.flash_kernels_cuda.*`` itself: the dispatcher, the C++ checks, the launch;
 - ``sdpa_cudnn`` / ``sdpa_flash``: torch's SDPA on the same tensors, the same-run baseline.
@@ -77,11 +78,6 @@ def sdpa(backend, q, k, v, causal) -> Sdpa:
     return Sdpa(backend, q, k, v, causal)
 
 
-def _body(op):
-    """The Python function a torch.library custom op was made from: the op without torch's dispatch."""
-    return op._init_fn
-
-
 def kvcache_layers(b, keys, hq, hk, d):
     import flash_kernels
     from flash_kernels import _cuda, ops
@@ -97,7 +93,7 @@ def kvcache_layers(b, keys, hq, hk, d):
         "custom_op": lambda: ops.attn_kvcache_fwd(
             q, kc, vc, None, None, cs, None, None, None, None, None, True, scale, -1, -1, 0.0, None, 0, "cuda"
         ),
-        "op_body": lambda: _body(ops.attn_kvcache_fwd)(
+        "op_body": lambda: ops.kvcache_fwd(
             q, kc, vc, None, None, cs, None, None, None, None, None, True, scale, -1, -1, 0.0, None, 0, "cuda"
         ),
         "wrapper": lambda: _cuda.kvcache_fwd(q, kc, vc, cs, None, None, None, scale, -1, -1, 0.0, 0),
@@ -120,7 +116,7 @@ def dense_layers(b, s, h, d, causal):
     return {
         "api": lambda: flash_kernels.flash_attn_func(q, k, v, causal=causal),
         "custom_op": lambda: ops.attn_fwd(q, k, v, scale, -1, right, 0.0, None, 0.0, None, False, "cuda"),
-        "op_body": lambda: _body(ops.attn_fwd)(q, k, v, scale, -1, right, 0.0, None, 0.0, None, False, "cuda"),
+        "op_body": lambda: ops.dense_fwd(q, k, v, scale, -1, right, 0.0, None, 0.0, None, False, "cuda"),
         "wrapper": lambda: _cuda.fwd(q, k, v, scale, causal, -1, right, 0.0),
         "torch_op": lambda: torch.ops.flash_kernels_cuda.fwd(q, k, v, scale, causal, -1, right, 0.0),
         "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
@@ -142,6 +138,7 @@ def varlen_layers(b, s, h, d, causal):
         "custom_op": lambda: ops.attn_varlen_fwd(
             q, k, v, cu, cu, s, s, scale, -1, right, 0.0, None, 0.0, None, False, "cuda"
         ),
+        "op_body": lambda: ops.varlen_fwd(q, k, v, cu, cu, s, s, scale, -1, right, 0.0, None, 0.0, None, False, "cuda"),
         "wrapper": lambda: _cuda.varlen_fwd(q, k, v, cu, cu, s, s, scale, causal, -1, right, 0.0),
     }
 

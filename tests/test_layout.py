@@ -162,3 +162,23 @@ def test_external_commands_run_through_one_wrapper(module):
     assert len(calls) == OWN_PROCESS_CALLS.get(module, 0), (
         f"{module} starts {len(calls)} process(es) with subprocess directly: use flashkit.core.procs.run"
     )
+
+
+KERNELS = ROOT.parent / "flash_kernels"
+
+
+@pytest.mark.parametrize(
+    "path", sorted(KERNELS.rglob("*.py")), ids=lambda p: str(p.relative_to(KERNELS)) if isinstance(p, Path) else p
+)
+def test_the_kernels_stand_alone_and_stay_readable(path):
+    """The kernels never import the kit (they ship alone, in a wheel), and their modules stay as readable as
+    the kit's. Functions are not bounded here: a Triton kernel is one function by design."""
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{path.relative_to(KERNELS)} has {len(text.splitlines())} lines"
+    for node in ast.walk(ast.parse(text)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        assert not [n for n in names if n.split(".")[0] == "flashkit"], f"{path.relative_to(KERNELS)} imports the kit"

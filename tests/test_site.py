@@ -210,3 +210,20 @@ def test_colours_meet_wcag_aa():
     colours = dict(re.findall(r"--([a-z-]+):\s*(#[0-9a-f]{6})", css))
     low = {f"{a}/{b}": round(_contrast(colours[a], colours[b]), 2) for a, b in PAIRS}
     assert all(v >= 4.5 for v in low.values()), low
+
+
+def test_the_decode_chart_shows_backends_not_the_split_sweep():
+    """bench_decode's forced split counts (cuda_s<N>) are a tuning sweep: the chart shows what a user can call
+    (the API, the kernels, SDPA's backends) and marks flash_kernels' own bars."""
+    from flashkit.site import plots
+
+    row = {"batch": 1, "cache_len": 32768, "heads_q": 32, "heads_kv": 8, "head_dim": 128}
+    shares = {"api": 0.66, "cuda": 0.66, "cuda_s8": 0.67, "cuda_s16": 0.70, "cuda_paged16": 0.66, "sdpa_cudnn": 0.69}
+    data = {"rows": [dict(row, impl=i, share_of_copy_call=v) for i, v in shares.items()], "copy_TBps": 3.02}
+    (group,) = plots.decode_chart(data, "decode.json", "abc1234").groups
+    assert [(b.label, b.ours) for b in group.bars] == [
+        ("flash_kernels (flash_attn_with_kvcache)", True),
+        ("flash_kernels CUDA", True),
+        ("flash_kernels CUDA, paged (16)", True),
+        ("cuDNN (torch SDPA)", False),
+    ]

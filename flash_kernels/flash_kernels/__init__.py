@@ -4,7 +4,12 @@ on NVIDIA sm_80+ when built. Change ``from flash_attn import ...`` to
 
 from importlib.util import find_spec as _find_spec
 
-from .errors import BackendUnavailableError, UnsupportedDeviceError, UnsupportedInputError
+from .errors import (
+    BackendUnavailableError,
+    CacheCapacityError,
+    UnsupportedDeviceError,
+    UnsupportedInputError,
+)
 
 if _find_spec("torch") is not None:
     from .interface import (
@@ -26,6 +31,7 @@ else:
 
 __all__ = [
     "BackendUnavailableError",
+    "CacheCapacityError",
     "UnsupportedDeviceError",
     "UnsupportedInputError",
     "flash_attn_func",

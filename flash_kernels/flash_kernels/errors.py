@@ -12,3 +12,8 @@ class UnsupportedDeviceError(RuntimeError):
 
 class BackendUnavailableError(RuntimeError):
     """FLASH_KERNELS_BACKEND forces a backend that is not built or does not support this call."""
+
+
+class CacheCapacityError(UnsupportedInputError, RuntimeError):
+    """A KV-cache call's keys (cache_seqlens, plus the appended ones) do not fit the cache or the
+    pages its block_table addresses. A RuntimeError too, as flash_attn raises it."""

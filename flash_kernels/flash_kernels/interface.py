@@ -15,6 +15,11 @@ raised as a clear exception before any kernel runs; the full list is in flash_ke
 - Paged KV (``block_table``) takes any page size that is a multiple of 16 (flash_attn: 256).
   Page ids are not checked on the host unless k/v are appended (that would cost a device sync
   per call); an out-of-range id makes that sequence's output NaN and is never dereferenced.
+  A paged flash_attn_with_kvcache call checks that cache_seqlens (plus the appended keys) fit the
+  pages block_table addresses (one sync, as flash_attn #2711; skipped during CUDA-graph capture
+  and torch.compile) and raises CacheCapacityError (a RuntimeError) past them.
+- The host checks run once per call signature (flash_kernels.call_memo): a repeated call with
+  tensors of the same layout goes straight to the kernels.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from typing import Optional, Union
 
 import torch
 
-from . import dispatch, ops
-from .errors import UnsupportedInputError
+from . import call_memo, dispatch, ops
+from .errors import CacheCapacityError, UnsupportedInputError
 
 
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -37,10 +42,17 @@ def _compiling() -> bool:
     return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
-def _prepare(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, softcap,
-             alibi_slopes, batch, block_table=None):
-    if block_table is None:
+def _plan(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, softcap,
+          alibi_slopes, batch, traced, block_table=None, qkv_checked=False):
+    """Every host check of a call and its backend: (softmax_scale, left, right, backend).
+
+    Depends only on what the tensors look like and on the options, so call_memo keeps it per
+    call signature.
+    """
+    if block_table is None and not qkv_checked:
         dispatch.check_qkv(q, k, v, varlen=varlen)
+    if batch is None:
+        batch = q.shape[0]
     left, right = dispatch.check_options(dropout_p=dropout_p, window_size=window_size,
                                          softcap=softcap, alibi_slopes=alibi_slopes,
                                          batch=batch, nheads_q=q.shape[-2], device=q.device)
@@ -52,10 +64,15 @@ def _prepare(q, k, v, *, varlen, dropout_p, softmax_scale, causal, window_size, 
                                  alibi_slopes=alibi_slopes, dropout_p=float(dropout_p),
                                  is_varlen=varlen, block_table=block_table)
     # Traced by torch.compile, q/k/v are fakes the support checks cannot read: flash_kernels::fwd/bwd
-    # then choose on the real tensors at run time (ops._resolve).
-    backend = "auto" if _compiling() else dispatch.choose_backend(q, k, v, features)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    return q, k, v, float(softmax_scale), left, right, backend
+    # then choose on the real tensors at run time (ops._resolve). The kernels get a copy of an
+    # operand whose last dim is strided, so the copy's layout is what the CUDA path is judged on.
+    backend = "auto" if traced else dispatch.choose_backend(
+        *(_last_dim_contiguous(t) for t in (q, k, v)), features)
+    return float(softmax_scale), left, right, backend
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _dropout_seed(dropout_p: float, device) -> Optional[torch.Tensor]:
@@ -79,17 +96,28 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     nheads must be a multiple of nheads_k (MQA/GQA). Returns out (like q), or with
     return_attn_probs (out, softmax_lse (batch, nheads, seqlen_q) float32, None).
     """
-    q, k, v, scale, left, right, backend = _prepare(
+    traced = _compiling()
+    key = None if traced else call_memo.signature(
+        "func", (q, k, v, alibi_slopes), (dropout_p, softmax_scale, causal, window_size, softcap))
+    scale, left, right, backend = call_memo.plan_for(key, lambda: _plan(
         q, k, v, varlen=False, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, batch=q.shape[0])
+        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, batch=None,
+        traced=traced))
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     seed = _dropout_seed(dropout_p, q.device)
-    out, lse = ops.attn_fwd(q, k, v, scale, left, right, float(softcap), alibi_slopes,
-                            float(dropout_p), seed, bool(deterministic), backend)
+    args = (q, k, v, scale, left, right, float(softcap), alibi_slopes, float(dropout_p), seed,
+            bool(deterministic), backend)
+    if traced:
+        out, lse = ops.attn_fwd(*args)
+    elif _needs_grad(q, k, v):
+        out, lse = ops.DenseAttention.apply(*args)
+    else:
+        out, lse = ops.dense_fwd(*args)
     if not return_attn_probs:
         return out
     s_dmask = None
     if seed is not None:
-        s_dmask = ops.attn_probs(q.detach(), k.detach(), lse.detach(), None, None, 0, 0, scale,
+        s_dmask = (ops.attn_probs if traced else ops.probs)(q.detach(), k.detach(), lse.detach(), None, None, 0, 0, scale,
                                  left, right, float(softcap), alibi_slopes, float(dropout_p), seed)
     return out, lse, s_dmask
 
@@ -126,29 +154,44 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_* are int32 (batch + 1,) cumulative lengths; softmax_lse is (nheads, total_q).
     With ``block_table`` (batch, max_pages) int32, k and v are paged caches
     (num_pages, page_size, nheads_k, headdim), page_size a multiple of 16, and sequence b's keys
-    are its first cu_seqlens_k[b+1] - cu_seqlens_k[b] cache positions. Forward only (flash_attn
-    has no paged backward): a call that would need a gradient raises.
+    are its first cu_seqlens_k[b+1] - cu_seqlens_k[b] cache positions. The paged form runs its
+    forward on inputs that require grad, as flash_attn does; only a backward through it raises
+    NotImplementedError (flash_attn has no paged backward).
     """
     if block_table is not None:
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                              dropout_p, softmax_scale, causal, window_size, softcap,
                              alibi_slopes, return_attn_probs, block_table)
-    dispatch.check_qkv(q, k, v, varlen=True)
-    dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
-    q, k, v, scale, left, right, backend = _prepare(
-        q, k, v, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-        batch=cu_seqlens_q.numel() - 1)
+    traced = _compiling()
+    key = None if traced else call_memo.signature(
+        "varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes),
+        (dropout_p, softmax_scale, causal, window_size, softcap))
+
+    def plan():
+        dispatch.check_qkv(q, k, v, varlen=True)
+        dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
+        return _plan(q, k, v, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale,
+                     causal=causal, window_size=window_size, softcap=softcap,
+                     alibi_slopes=alibi_slopes, batch=cu_seqlens_q.numel() - 1, traced=traced,
+                     qkv_checked=True)
+
+    scale, left, right, backend = call_memo.plan_for(key, plan)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     seed = _dropout_seed(dropout_p, q.device)
-    out, lse = ops.attn_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                   int(max_seqlen_k), scale, left, right, float(softcap),
-                                   alibi_slopes, float(dropout_p), seed, bool(deterministic),
-                                   backend)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
+            left, right, float(softcap), alibi_slopes, float(dropout_p), seed,
+            bool(deterministic), backend)
+    if traced:
+        out, lse = ops.attn_varlen_fwd(*args)
+    elif _needs_grad(q, k, v):
+        out, lse = ops.VarlenAttention.apply(*args)
+    else:
+        out, lse = ops.varlen_fwd(*args)
     if not return_attn_probs:
         return out
     s_dmask = None
     if seed is not None:
-        s_dmask = ops.attn_probs(q.detach(), k.detach(), lse.detach(), cu_seqlens_q, cu_seqlens_k,
+        s_dmask = (ops.attn_probs if traced else ops.probs)(q.detach(), k.detach(), lse.detach(), cu_seqlens_q, cu_seqlens_k,
                                  int(max_seqlen_q), int(max_seqlen_k), scale, left, right,
                                  float(softcap), alibi_slopes, float(dropout_p), seed)
     return out, lse, s_dmask
@@ -157,40 +200,51 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def _paged_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                   dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                   return_attn_probs, block_table):
-    """flash_attn_varlen_func over a paged KV cache (forward only)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
-        raise NotImplementedError(
-            "flash_attn_varlen_func with block_table (paged KV) has no backward, as in flash_attn; "
-            "call it under torch.no_grad() or with tensors that do not require grad")
-    if return_attn_probs and dropout_p > 0:
-        raise NotImplementedError(
-            "return_attn_probs with dropout is not implemented for a paged KV cache (S_dmask is a "
-            "testing output of the dense and varlen forms)")
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            raise UnsupportedInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if q.dim() != 3:
-        raise UnsupportedInputError(
-            f"q must have 3 dimensions (total_q, nheads, headdim); got shape {tuple(q.shape)}")
-    dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
-    batch = cu_seqlens_q.numel() - 1
-    dispatch.check_paged_cache(k_cache, v_cache, block_table, batch, q.device)
-    # The checks of the dense form, on one page's rows standing for the pool.
-    dispatch.check_qkv(q, k_cache[0], v_cache[0], varlen=True)
-    if k_cache.shape != v_cache.shape:
-        raise UnsupportedInputError(
-            f"k_cache and v_cache must have one shape; got {tuple(k_cache.shape)} and "
-            f"{tuple(v_cache.shape)}")
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise UnsupportedInputError("k_cache and v_cache must have a contiguous last dimension")
-    q, k_cache, v_cache, scale, left, right, backend = _prepare(
-        q, k_cache, v_cache, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale,
-        causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-        batch=batch, block_table=block_table)
-    out, lse = ops.attn_paged_varlen_fwd(
-        q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-        block_table, scale, left, right, float(softcap), alibi_slopes, float(dropout_p),
-        _dropout_seed(dropout_p, q.device), backend)
+    """flash_attn_varlen_func over a paged KV cache: the forward runs whatever requires grad (as in
+    flash_attn); a backward through it raises NotImplementedError."""
+    traced = _compiling()
+    key = None if traced else call_memo.signature(
+        "paged_varlen", (q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_table, alibi_slopes),
+        (dropout_p, softmax_scale, causal, window_size, softcap, return_attn_probs))
+
+    def plan():
+        if return_attn_probs and dropout_p > 0:
+            raise NotImplementedError(
+                "return_attn_probs with dropout is not implemented for a paged KV cache (S_dmask "
+                "is a testing output of the dense and varlen forms)")
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if not isinstance(t, torch.Tensor):
+                raise UnsupportedInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if q.dim() != 3:
+            raise UnsupportedInputError(
+                f"q must have 3 dimensions (total_q, nheads, headdim); got shape {tuple(q.shape)}")
+        dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
+        batch = cu_seqlens_q.numel() - 1
+        dispatch.check_paged_cache(k_cache, v_cache, block_table, batch, q.device)
+        # The checks of the dense form, on one page's rows standing for the pool.
+        dispatch.check_qkv(q, k_cache[0], v_cache[0], varlen=True)
+        if k_cache.shape != v_cache.shape:
+            raise UnsupportedInputError(
+                f"k_cache and v_cache must have one shape; got {tuple(k_cache.shape)} and "
+                f"{tuple(v_cache.shape)}")
+        if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+            raise UnsupportedInputError("k_cache and v_cache must have a contiguous last dimension")
+        return _plan(q, k_cache, v_cache, varlen=True, dropout_p=dropout_p,
+                     softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                     softcap=softcap, alibi_slopes=alibi_slopes, batch=batch, traced=traced,
+                     block_table=block_table)
+
+    scale, left, right, backend = call_memo.plan_for(key, plan)
+    q = _last_dim_contiguous(q)
+    args = (q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+            block_table, scale, left, right, float(softcap), alibi_slopes, float(dropout_p),
+            _dropout_seed(dropout_p, q.device), backend)
+    # The registered op carries an autograd formula that raises, so a forward on inputs that
+    # require grad gives an output whose backward says why it cannot run.
+    if traced or _needs_grad(q, k_cache, v_cache):
+        out, lse = ops.attn_paged_varlen_fwd(*args)
+    else:
+        out, lse = ops.paged_varlen_fwd(*args)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -242,11 +296,44 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     batch rows to dense cache rows. num_splits=0 picks the split-KV count automatically; a
     positive value is honoured (rounded up to a power of 2, at most 128) on the Triton path and
     passed to the CUDA path.
-    Host checks never read device memory, except when appending: then one sync checks that the
-    new keys fit the cache (and their pages are valid). Without k/v, a cache_seqlens past the
-    cache end reads as the cache length. Returns out, or (out, softmax_lse) with
+    Host checks never read device memory, except when appending or paged: then one sync checks
+    that the keys fit the cache, or the pages block_table addresses (CacheCapacityError, a
+    RuntimeError, says how many columns to allocate), and that appended keys land on valid pages.
+    Without k/v, a dense cache_seqlens past the cache end reads as the cache length. Returns out, or (out, softmax_lse) with
     return_softmax_lse. No backward (as flash_attn).
     """
+    traced = _compiling()
+    key = None if traced else call_memo.signature(
+        "kvcache", (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
+                    block_table, rotary_cos, rotary_sin, alibi_slopes),
+        (cache_seqlens if isinstance(cache_seqlens, int) else None, softmax_scale, causal,
+         window_size, softcap, rotary_interleaved, num_splits))
+    scale, left, right, backend, batch, capacity = call_memo.plan_for(key, lambda: _kvcache_plan(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        traced))
+    if cache_seqlens is None:
+        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
+    elif isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if (k is not None or block_table is not None) and not traced and not _capturing(q.device):
+        _check_cache_fits(cache_seqlens, 0 if k is None else k.shape[1], capacity, block_table,
+                          k_cache.shape[0])
+    args = (_last_dim_contiguous(q), k_cache, v_cache,
+            None if k is None else _last_dim_contiguous(k),
+            None if v is None else _last_dim_contiguous(v),
+            cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
+            bool(rotary_interleaved), scale, left, right, float(softcap), alibi_slopes,
+            int(num_splits), backend)
+    out, lse = (ops.attn_kvcache_fwd if traced else ops.kvcache_fwd)(*args)
+    return (out, lse) if return_softmax_lse else out
+
+
+def _kvcache_plan(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
+                  softcap, alibi_slopes, traced):
+    """flash_attn_with_kvcache's host checks and backend: (scale, left, right, backend, batch,
+    capacity). Reads no device memory; the bounds that need it are _check_cache_fits'."""
     batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else -1
     paged = block_table is not None
     if paged:
@@ -303,46 +390,53 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         softmax_scale = 1.0 / math.sqrt(head_dim)
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise UnsupportedInputError("k_cache and v_cache must have a contiguous last dimension")
-    if k is not None and not _compiling() and not _capturing(q.device):
-        _check_append_fits(cache_seqlens, k.shape[1], capacity, block_table, k_cache.shape[0])
     features = dispatch.Features(causal=causal, window_size=(left, right), softcap=float(softcap),
                                  alibi_slopes=alibi_slopes, dropout_p=0.0, is_varlen=False,
                                  is_kvcache=True, block_table=block_table,
                                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad)
-    backend = "auto" if _compiling() else dispatch.choose_backend(q, k_cache, v_cache, features)
-    out, lse = ops.attn_kvcache_fwd(
-        _last_dim_contiguous(q), k_cache, v_cache,
-        None if k is None else _last_dim_contiguous(k), None if v is None else _last_dim_contiguous(v),
-        cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
-        bool(rotary_interleaved), float(softmax_scale), left, right, float(softcap), alibi_slopes,
-        int(num_splits), backend)
-    return (out, lse) if return_softmax_lse else out
+    backend = "auto" if traced else dispatch.choose_backend(
+        _last_dim_contiguous(q), k_cache, v_cache, features)
+    return float(softmax_scale), left, right, backend, batch, capacity
 
 
 def _capturing(device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _check_append_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table,
-                       num_pages: int) -> None:
-    """One host sync, only when appending: new keys must land inside the cache, on valid pages.
+def _check_cache_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table,
+                      num_pages: int) -> None:
+    """One host sync, when appending or reading pages: the keys must lie inside the cache.
 
-    Skipped under torch.compile and CUDA-graph capture, where a sync is impossible; the append
-    kernel then drops a write it cannot place rather than write out of bounds.
+    A paged call reads block_table up to cache_seqlens + seqlen_new keys, and block_table has
+    only capacity / page_size columns: past that a kernel would index it out of bounds, so the
+    call raises, as flash_attn does (its #2711). An append also needs its pages valid.
+    Skipped under torch.compile and CUDA-graph capture, where a sync is impossible; the kernels
+    then clamp each sequence to the capacity and the append drops a write it cannot place.
     """
     lengths = cache_seqlens.long()
     checks = [lengths.min(), lengths.max() + seqlen_new]
-    if block_table is not None:
+    if block_table is not None and seqlen_new:
         page_size = capacity // block_table.shape[1]
         pages_used = (lengths + seqlen_new + page_size - 1) // page_size
         used = torch.arange(block_table.shape[1], device=lengths.device)[None, :] < pages_used[:, None]
         bad = used & ((block_table < 0) | (block_table >= num_pages))
         checks.append(bad.sum())
     low, high, *bad_pages = (int(x) for x in torch.stack(checks).tolist())
-    if low < 0 or high > capacity:
+    if seqlen_new and low < 0:
         raise UnsupportedInputError(
-            f"cache_seqlens + seqlen_new must lie in [0, {capacity}] (the cache length); got "
-            f"min {low}, max {high}")
+            f"cache_seqlens must be >= 0 when appending k/v; got min {low}")
+    if high > capacity:
+        new = " + seqlen_new" if seqlen_new else ""
+        if block_table is not None:
+            page_size = capacity // block_table.shape[1]
+            raise CacheCapacityError(
+                f"paged KV cache: max(cache_seqlens){new} = {high} exceeds the capacity block_table "
+                f"addresses (block_table.shape[1] * page_size = {block_table.shape[1]} * "
+                f"{page_size} = {capacity}); allocate at least {-(-high // page_size)} columns in "
+                "block_table, or the kernel would index it out of bounds")
+        raise CacheCapacityError(
+            f"max(cache_seqlens){new} = {high} exceeds the cache length (k_cache.shape[1] = "
+            f"{capacity}); allocate a longer cache")
     if bad_pages and bad_pages[0]:
         raise UnsupportedInputError(
             f"block_table holds {bad_pages[0]} page id(s) outside [0, {num_pages}) among the pages "

@@ -36,17 +36,17 @@ from .triton_tiles import (
     DELTA_BLOCK_M,
     MAX_SPLITS,
     TileConfig,
-    _bwd_candidates,
-    _bwd_config,
     _choose,
-    _decode_config,
-    _dot_precision,
-    _fwd_candidates,
-    _fwd_config,
-    _head_dim_pad,
-    _heads_block,
-    _probs_tiles,
+    bwd_candidates,
+    bwd_config,
+    decode_config,
     decode_num_splits,
+    dot_precision,
+    fwd_candidates,
+    fwd_config,
+    heads_block,
+    pad_head_dim,
+    probs_tiles,
 )
 
 __all__ = ["MAX_SPLITS", "Dropout", "append_kv", "attention_backward", "attention_forward",
@@ -158,14 +158,14 @@ def attention_forward(q, k, v, sm_scale: float, window_left: int, window_right: 
         v_strides = (v.stride(0), v.stride(1), v.stride(2))
     group = nheads_q // nheads_k
     pack_gqa = pack_gqa and group > 1
-    head_dim_pad = _head_dim_pad(head_dim)
+    head_dim_pad = pad_head_dim(head_dim)
     slopes, stride_ab = _alibi(alibi_slopes, batch, q.device)
     dummy = _dummy(q.device)
     nheads_prog = nheads_k if pack_gqa else nheads_q
     rows = seqlen_q * (group if pack_gqa else 1)
     rng = _dropout_args(dropout, dummy, seqlen_q, seqlen_k)
     target = _target(q)
-    dot_precision = _dot_precision(q.dtype, target)
+    precision = dot_precision(q.dtype, target)
 
     def launch(cfg: TileConfig, splits: int):
         grid = (triton.cdiv(max(rows, 1), cfg.block_m), batch * nheads_prog, splits)
@@ -193,7 +193,7 @@ def attention_forward(q, k, v, sm_scale: float, window_left: int, window_right: 
             HAS_LEFTPAD=leftpad is not None, PAGE_SIZE=page_size,
             SOFTCAP=softcap > 0, ALIBI=alibi_slopes is not None, DROPOUT=dropout is not None,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-            DOT_PRECISION=dot_precision, **_window_flags(window_left, window_right),
+            DOT_PRECISION=precision, **_window_flags(window_left, window_right),
             **cfg.launch_kwargs())
         if splits > 1:
             block = COMBINE_BLOCK_M
@@ -204,14 +204,14 @@ def attention_forward(q, k, v, sm_scale: float, window_left: int, window_right: 
 
     if num_splits > 1 or pack_gqa or seqlens_k is not None:
         # Decode: few query rows, so small row tiles; the keys are split across programs.
-        launch(_decode_config(rows, head_dim_pad, q.dtype, target), num_splits)
+        launch(decode_config(rows, head_dim_pad, q.dtype, target), num_splits)
         return out, lse
-    default = _fwd_config(head_dim_pad, q.dtype, target)
+    default = fwd_config(head_dim_pad, q.dtype, target)
     key = (q.dtype, head_dim_pad, is_varlen, window_left >= 0, window_right >= 0, softcap > 0,
            alibi_slopes is not None, page_size, dropout is not None,
            triton.next_power_of_2(max(seqlen_q, 1)), triton.next_power_of_2(max(seqlen_k, 1)))
     work = batch * nheads_q * seqlen_q * seqlen_k
-    cfg = _choose("fwd", key, default, _fwd_candidates(head_dim_pad, q.dtype, target), work,
+    cfg = _choose("fwd", key, default, fwd_candidates(head_dim_pad, q.dtype, target), work,
                   lambda c: launch(c, 1))
     launch(cfg, 1)
     return out, lse
@@ -238,10 +238,10 @@ def attention_probs(q, k, lse, sm_scale: float, window_left: int, window_right: 
         lse_strides = (lse.stride(0), lse.stride(1))
     rows, cols = _round_up(seqlen_q, 128), _round_up(seqlen_k, 128)
     probs = _new_output((batch, nheads_q, rows, cols), q.dtype, q.device)
-    head_dim_pad = _head_dim_pad(head_dim)
+    head_dim_pad = pad_head_dim(head_dim)
     slopes, stride_ab = _alibi(alibi_slopes, batch, q.device)
     dummy = _dummy(q.device)
-    block_m, block_n = _probs_tiles(head_dim_pad)
+    block_m, block_n = probs_tiles(head_dim_pad)
     _attn_probs[(triton.cdiv(rows, block_m), batch * nheads_q)](
         q, k, lse, probs, cu_seqlens_q if is_varlen else dummy,
         cu_seqlens_k if is_varlen else dummy, slopes, dropout.seed,
@@ -251,7 +251,7 @@ def attention_probs(q, k, lse, sm_scale: float, window_left: int, window_right: 
         max(seqlen_q, 1), max(seqlen_k, 1),
         GROUP=nheads_q // nheads_k, IS_VARLEN=is_varlen, SOFTCAP=softcap > 0,
         ALIBI=alibi_slopes is not None, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=_dot_precision(q.dtype, _target(q)),
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_PRECISION=dot_precision(q.dtype, _target(q)),
         **_window_flags(window_left, window_right))
     return probs
 
@@ -287,7 +287,7 @@ def attention_backward(dout, q, k, v, out, lse, sm_scale: float, window_left: in
             return (t.stride(0), t.stride(1), t.stride(2))
         lse_strides = (lse.stride(0), lse.stride(1))
     group = nheads_q // nheads_k
-    head_dim_pad = _head_dim_pad(head_dim)
+    head_dim_pad = pad_head_dim(head_dim)
     slopes, stride_ab = _alibi(alibi_slopes, batch, q.device)
     dummy = _dummy(q.device)
     cu_q = cu_seqlens_q if is_varlen else dummy
@@ -301,7 +301,7 @@ def attention_backward(dout, q, k, v, out, lse, sm_scale: float, window_left: in
     target = _target(q)
     flags = dict(IS_VARLEN=is_varlen, SOFTCAP=softcap > 0, ALIBI=alibi_slopes is not None,
                  DROPOUT=dropout is not None, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-                 DOT_PRECISION=_dot_precision(q.dtype, target),
+                 DOT_PRECISION=dot_precision(q.dtype, target),
                  **_window_flags(window_left, window_right))
 
     block = DELTA_BLOCK_M
@@ -324,12 +324,12 @@ def attention_backward(dout, q, k, v, out, lse, sm_scale: float, window_left: in
             *lse_strides, stride_ab, nheads_q, seqlen_q, seqlen_k, sm_scale, softcap_arg,
             window_left, window_right, *rng[1:], GROUP=group, **flags, **cfg.launch_kwargs())
 
-    default = _bwd_config(head_dim_pad, q.dtype, target)
+    default = bwd_config(head_dim_pad, q.dtype, target)
     key = (q.dtype, head_dim_pad, group, is_varlen, window_left >= 0, window_right >= 0,
            softcap > 0, alibi_slopes is not None, dropout is not None,
            triton.next_power_of_2(max(seqlen_q, 1)), triton.next_power_of_2(max(seqlen_k, 1)))
     work = batch * nheads_q * seqlen_q * seqlen_k
-    candidates = _bwd_candidates(head_dim_pad, q.dtype, target)
+    candidates = bwd_candidates(head_dim_pad, q.dtype, target)
     launch_dkdv(_choose("dkdv", key, default, candidates, work, launch_dkdv))
     launch_dq(_choose("dq", key, default, candidates, work, launch_dq))
     return dq, dk, dv
@@ -342,8 +342,8 @@ def rotary_q(q, cos, sin, cache_seqlens, interleaved: bool, per_row: bool):
     """q (b, sq, hq, d) rotated at positions cache_seqlens[b] (+ i when per_row)."""
     batch, seqlen_q, nheads, head_dim = q.shape
     out = _new_output(q.shape, q.dtype, q.device)
-    head_dim_pad = _head_dim_pad(head_dim)
-    block_h = _heads_block(nheads, head_dim_pad)
+    head_dim_pad = pad_head_dim(head_dim)
+    block_h = heads_block(nheads, head_dim_pad)
     _rotary_q[(batch * seqlen_q, triton.cdiv(nheads, block_h))](
         q, out, cos, sin, cache_seqlens, q.stride(0), q.stride(1), q.stride(2),
         out.stride(0), out.stride(1), out.stride(2), cos.stride(0), seqlen_q, cos.shape[0],
@@ -363,8 +363,8 @@ def append_kv(k_new, v_new, k_cache, v_cache, cache_seqlens, batch_idx=None, blo
     paged = block_table is not None
     page_size = k_cache.shape[1] if paged else 0
     capacity = block_table.shape[1] * page_size if paged else k_cache.shape[1]
-    head_dim_pad = _head_dim_pad(head_dim)
-    block_h = _heads_block(nheads_k, head_dim_pad)
+    head_dim_pad = pad_head_dim(head_dim)
+    block_h = heads_block(nheads_k, head_dim_pad)
     dummy = _dummy(k_new.device)
     rotary = cos is not None
     _append_kv[(batch * seqlen_new, triton.cdiv(nheads_k, block_h))](

@@ -38,7 +38,7 @@ class TileConfig:
                 "num_warps": self.num_warps, "num_stages": self.num_stages}
 
 
-def _head_dim_pad(head_dim: int) -> int:
+def pad_head_dim(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
@@ -55,7 +55,7 @@ def _is_fp32(dtype) -> bool:
     return dtype_name(dtype) == "float32"
 
 
-def _dot_precision(dtype, target: Target) -> str:
+def dot_precision(dtype, target: Target) -> str:
     # fp32 inputs must not silently drop to tf32 inside tl.dot. AMD's backend takes no tf32
     # (gfx90a rejects it at the first tl.dot); for 16-bit inputs the choice changes nothing.
     return "ieee" if target.is_hip or _is_fp32(dtype) else "tf32"
@@ -181,7 +181,7 @@ def _shrink_to_fit(cfg: TileConfig, kernels: tuple, head_dim_pad: int, dtype,
 
 
 # ------------------------------------------------------------------------ defaults
-def _fwd_config(head_dim_pad: int, dtype, target: Target) -> TileConfig:
+def fwd_config(head_dim_pad: int, dtype, target: Target) -> TileConfig:
     return _shrink_to_fit(_fwd_preferred(head_dim_pad, dtype, target), ("fwd",), head_dim_pad,
                           dtype, target)
 
@@ -207,7 +207,7 @@ def _fwd_preferred(head_dim_pad: int, dtype, target: Target) -> TileConfig:
     return TileConfig(64, 32 if wide else 64, 4 if wide else 8, 2)
 
 
-def _bwd_config(head_dim_pad: int, dtype, target: Target) -> TileConfig:
+def bwd_config(head_dim_pad: int, dtype, target: Target) -> TileConfig:
     return _shrink_to_fit(_bwd_preferred(head_dim_pad, dtype, target), ("dkdv", "dq"),
                           head_dim_pad, dtype, target)
 
@@ -225,9 +225,9 @@ def _bwd_preferred(head_dim_pad: int, dtype, target: Target) -> TileConfig:
     return TileConfig(32, 32, 4, 1) if wide else TileConfig(64, 32, 8, 1)
 
 
-def _decode_config(rows: int, head_dim_pad: int, dtype, target: Target) -> TileConfig:
+def decode_config(rows: int, head_dim_pad: int, dtype, target: Target) -> TileConfig:
     """Decode (KV cache, split-KV, packed GQA): few query rows, so small row tiles."""
-    default = _fwd_config(head_dim_pad, dtype, target)
+    default = fwd_config(head_dim_pad, dtype, target)
     if target.interpreted:
         return default
     cfg = TileConfig(16 if rows <= 16 else (64 if rows <= 64 else default.block_m),
@@ -235,21 +235,21 @@ def _decode_config(rows: int, head_dim_pad: int, dtype, target: Target) -> TileC
     return _shrink_to_fit(cfg, ("fwd",), head_dim_pad, dtype, target)
 
 
-def _probs_tiles(head_dim_pad: int) -> tuple[int, int]:
+def probs_tiles(head_dim_pad: int) -> tuple[int, int]:
     """(BLOCK_M, BLOCK_N) of the S_dmask kernel (a testing output: no tuning)."""
     return (64, 64) if head_dim_pad <= 128 else (32, 32)
 
 
-def _heads_block(nheads: int, head_dim_pad: int) -> int:
+def heads_block(nheads: int, head_dim_pad: int) -> int:
     # One program per token; a head block small enough to keep each tile in registers.
     return max(1, min(triton.next_power_of_2(nheads), max(1, 8192 // head_dim_pad)))
 
 
 # ------------------------------------------------------------------------ tuner candidates
-def _fwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfig, Optional[str]]]:
+def fwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfig, Optional[str]]]:
     """Every config the forward tuner considers, each with why it was pruned (None: kept)."""
     if target.interpreted or _is_fp32(dtype):
-        return [(_fwd_config(head_dim_pad, dtype, target), None)]
+        return [(fwd_config(head_dim_pad, dtype, target), None)]
     if target.is_hip:
         cands = [TileConfig(bm, bn, w, 1) for bm in (64, 128) for bn in (32, 64) for w in (4, 8)]
     else:
@@ -260,15 +260,15 @@ def _fwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfi
              or _shared_reason(("fwd",), c, head_dim_pad, dtype, target)) for c in cands]
 
 
-def _fwd_candidates(head_dim_pad: int, dtype, target: Target) -> list[TileConfig]:
+def fwd_candidates(head_dim_pad: int, dtype, target: Target) -> list[TileConfig]:
     """Configs the tuner times on large problems, pruned to what fits this head dim and target."""
-    return [c for c, why in _fwd_space(head_dim_pad, dtype, target) if why is None]
+    return [c for c, why in fwd_space(head_dim_pad, dtype, target) if why is None]
 
 
-def _bwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfig, Optional[str]]]:
+def bwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfig, Optional[str]]]:
     """Every config the backward tuner considers (dK/dV and dQ share the list), with reasons."""
     if target.interpreted or _is_fp32(dtype):
-        return [(_bwd_config(head_dim_pad, dtype, target), None)]
+        return [(bwd_config(head_dim_pad, dtype, target), None)]
     if target.is_hip:
         cands = [TileConfig(bm, bn, 4, 1) for bm in (32, 64) for bn in (32, 64)]
     else:
@@ -283,12 +283,12 @@ def _bwd_space(head_dim_pad: int, dtype, target: Target) -> list[tuple[TileConfi
             why = "head dim 256: backward keeps tiles of at most 4096 elements and one stage"
         space.append((c, why or _shared_reason(("dkdv", "dq"), c, head_dim_pad, dtype, target)))
     if all(why is not None for _, why in space):
-        space.append((_bwd_config(head_dim_pad, dtype, target), None))
+        space.append((bwd_config(head_dim_pad, dtype, target), None))
     return space
 
 
-def _bwd_candidates(head_dim_pad: int, dtype, target: Target) -> list[TileConfig]:
-    return [c for c, why in _bwd_space(head_dim_pad, dtype, target) if why is None]
+def bwd_candidates(head_dim_pad: int, dtype, target: Target) -> list[TileConfig]:
+    return [c for c, why in bwd_space(head_dim_pad, dtype, target) if why is None]
 
 
 def _fits_reason(cfg: TileConfig, head_dim_pad: int) -> Optional[str]:

@@ -3,7 +3,8 @@ interpreter accepts and the compiler rejects (e.g. a jit function whose constexp
 different types), and to read the PTX: 16-byte cp.async, wgmma, shared memory per variant.
 
 Pointers and strides are declared 16-divisible, as Triton specialises them at launch for the
-usual contiguous layouts, so the PTX matches what a real launch compiles.
+usual contiguous layouts, so the PTX matches what a real launch compiles; the argument types and
+hints are flash_kernels.aot's (flash_kernels/aot/signature.py), inputs bf16.
 
     python tools/triton_compile_check.py [--ptx-dir DIR]     (exit 1 if any variant fails)
 """
@@ -16,22 +17,12 @@ import sys
 
 import triton
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from flash_kernels import triton_backward, triton_forward, triton_kvcache  # noqa: E402
+from flash_kernels import triton_backward, triton_forward, triton_kvcache
+from flash_kernels.aot.signature import ast_source
 
 TARGET = GPUTarget("cuda", 90, 64)
-BF16 = "*bf16"
-FLOATS = {"sm_scale", "softcap", "dropout_p", "dropout_scale"}
-POINTERS = {
-    **dict.fromkeys(("Q", "K", "V", "OUT", "DO", "DK", "DV", "DQ", "PROBS", "K_NEW", "V_NEW", "K_CACHE",
-                     "V_CACHE", "COS", "SIN"), BF16),
-    **dict.fromkeys(("LSE", "O_PART", "LSE_PART", "DELTA", "ALIBI_SLOPES"), "*fp32"),
-    **dict.fromkeys(("CU_SEQLENS_Q", "CU_SEQLENS_K", "SEQLENS_K", "BATCH_IDX", "LEFTPAD", "BLOCK_TABLE",
-                     "CACHE_SEQLENS"), "*i32"),
-    "SEED": "*i64",
-}
 COMMON = dict(HAS_LEFT=False, HAS_RIGHT=True, SOFTCAP=False, ALIBI=False, DROPOUT=False, HEAD_DIM=128,
               HEAD_DIM_PAD=128, DOT_PRECISION="tf32")
 DECODE = dict(COMMON, GROUP=4, PACK_GQA=True, NUM_SPLITS=4, IS_VARLEN=False, HAS_SEQLENS_K=True,
@@ -70,23 +61,6 @@ VARIANTS = [
 ]
 
 
-def source(fn, constexprs: dict) -> ASTSource:
-    signature, attrs = {}, {}
-    for i, param in enumerate(fn.params):
-        name = param.name
-        if param.is_constexpr:
-            signature[name] = "constexpr"
-            continue
-        signature[name] = POINTERS.get(name, "fp32" if name in FLOATS else "i32")
-        if signature[name].startswith("*") or name.startswith("stride_"):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    missing = [p.name for p in fn.params if p.is_constexpr and p.name not in constexprs]
-    if missing:
-        raise ValueError(f"{fn.__name__}: constexprs not given: {missing}")
-    return ASTSource(fn=fn, signature=signature,
-                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ptx-dir", default=None)
@@ -94,7 +68,7 @@ def main() -> int:
     failed = 0
     for label, fn, constexprs, warps, stages in VARIANTS:
         try:
-            kernel = triton.compile(source(fn, constexprs), target=TARGET,
+            kernel = triton.compile(ast_source(fn, constexprs, "bfloat16"), target=TARGET,
                                     options={"num_warps": warps, "num_stages": stages})
         except Exception as e:  # report every variant, then fail
             failed += 1

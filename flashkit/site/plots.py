@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from flashkit.core import procs
@@ -21,6 +22,7 @@ RESULTS = "benchmarks/results"
 IMPLS = {
     "fk_cuda": "flash_kernels CUDA",
     "fk_triton": "flash_kernels Triton",
+    "api": "flash_kernels (flash_attn_with_kvcache)",
     "cuda": "flash_kernels CUDA",
     "cuda_paged16": "flash_kernels CUDA, paged (16)",
     "cuda_paged64": "flash_kernels CUDA, paged (64)",
@@ -94,7 +96,7 @@ def _groups(cases: dict[str, list[tuple[str, float]]], fmt: str) -> tuple[Group,
         Group(
             label,
             tuple(
-                Bar(IMPLS.get(i, i), v, fmt.format(v), v / top, i.startswith(("fk_", "cuda", "triton")))
+                Bar(IMPLS.get(i, i), v, fmt.format(v), v / top, i.startswith(("fk_", "cuda", "triton", "api")))
                 for i, v in bars
             ),
         )
@@ -117,7 +119,8 @@ def attention_chart(data: dict, source: str, commit: str) -> Chart:
 def decode_chart(data: dict, source: str, commit: str) -> Chart:
     cases: dict[str, list[tuple[str, float]]] = {}
     for r in data.get("rows", []):
-        if r.get("share_of_copy_call") is None:
+        # cuda_s<N> rows are a forced split-count sweep (a tuning aid), not a backend a user picks
+        if r.get("share_of_copy_call") is None or re.fullmatch(r"cuda_s\d+", str(r.get("impl"))):
             continue
         label = f"batch {r['batch']}, KV cache {r['cache_len']}, {r['heads_q']}/{r['heads_kv']} heads, head dim {r['head_dim']}"
         cases.setdefault(label, []).append((r["impl"], 100.0 * float(r["share_of_copy_call"])))

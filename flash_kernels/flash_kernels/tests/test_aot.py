@@ -86,11 +86,11 @@ def test_enumeration_covers_kernels_roles_dtypes_and_head_dims(name):
     # Every tuner candidate and default the launchers could pick is compiled (bf16 at every class).
     keys = {s.key for s in specs if not s.pruned}
     for hdp in aot.CLASSES:
-        for cfg in (*triton_tiles._fwd_candidates(hdp, "bfloat16", target),
-                    triton_tiles._fwd_config(hdp, "bfloat16", target)):
+        for cfg in (*triton_tiles.fwd_candidates(hdp, "bfloat16", target),
+                    triton_tiles.fwd_config(hdp, "bfloat16", target)):
             assert aot.fwd_spec("bfloat16", hdp, aot.Features(), cfg, target, "x").key in keys
-        for cfg in (*triton_tiles._bwd_candidates(hdp, "bfloat16", target),
-                    triton_tiles._bwd_config(hdp, "bfloat16", target)):
+        for cfg in (*triton_tiles.bwd_candidates(hdp, "bfloat16", target),
+                    triton_tiles.bwd_config(hdp, "bfloat16", target)):
             assert {s.key for s in aot.bwd_specs("bfloat16", hdp, aot.Features(), cfg, target, "x")} <= keys
     dot = {dict(s.constexprs).get("DOT_PRECISION") for s in specs} - {None}
     assert dot == ({"ieee"} if target.is_hip else {"ieee", "tf32"})
@@ -121,8 +121,8 @@ try:
 except aot.UsageError as e:
     print(json.dumps({"skip": str(e)}))
     raise SystemExit(0)
-fwd = aot.fwd_spec("bfloat16", 64, aot.Features(right=True), triton_tiles._fwd_config(64, "bfloat16", t), t, "test")
-bwd = aot.bwd_specs("bfloat16", 64, aot.Features(), triton_tiles._bwd_config(64, "bfloat16", t), t, "test")[0]
+fwd = aot.fwd_spec("bfloat16", 64, aot.Features(right=True), triton_tiles.fwd_config(64, "bfloat16", t), t, "test")
+bwd = aot.bwd_specs("bfloat16", 64, aot.Features(), triton_tiles.bwd_config(64, "bfloat16", t), t, "test")[0]
 print(json.dumps({s.kernel: aot.compile_spec(s, t) for s in (fwd, bwd)}))
 """
 

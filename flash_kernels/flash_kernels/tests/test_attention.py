@@ -23,7 +23,7 @@ CPU_HEAD_DIMS = (40, 64)
 CPU_SEQLENS = ((1, 239), (113, 203), (128, 217), (17, 1), (239, 64))
 CPU_FP32_SEQLENS = ((113, 203), (17, 1))
 HEAD_DIMS = (40, 64, 80, 96, 128, 192, 256)
-SEQLENS = CPU_SEQLENS + ((512, 512), (1024, 777), (1, 2049))
+SEQLENS = (*CPU_SEQLENS, (512, 512), (1024, 777), (1, 2049))
 
 
 def _inputs(device, dtype, batch, seqlen_q, seqlen_k, nheads_q, nheads_k, head_dim):
@@ -154,8 +154,8 @@ def test_varlen(backend, device, dtype, head_dim, causal, heads, window):
     seqlens_q = [1, 113, 0, 37, 64]
     seqlens_k = [239, 90, 17, 37, 1]
     nheads_q, nheads_k = heads
-    cu_q = torch.tensor([0] + list(itertools.accumulate(seqlens_q)), dtype=torch.int32, device=device)
-    cu_k = torch.tensor([0] + list(itertools.accumulate(seqlens_k)), dtype=torch.int32, device=device)
+    cu_q = torch.tensor([0, *list(itertools.accumulate(seqlens_q))], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, *list(itertools.accumulate(seqlens_k))], dtype=torch.int32, device=device)
     q = torch.randn(sum(seqlens_q), nheads_q, head_dim, device=device, dtype=dtype, requires_grad=True)
     k = torch.randn(sum(seqlens_k), nheads_k, head_dim, device=device, dtype=dtype, requires_grad=True)
     v = torch.randn(sum(seqlens_k), nheads_k, head_dim, device=device, dtype=dtype, requires_grad=True)

@@ -306,13 +306,48 @@ def test_paged_varlen(backend, device, dtype, head_dim, page_size, causal, heads
     check_close("out", out, per_sequence(True), per_sequence(False), dtype)
 
 
-def test_paged_varlen_refuses_grad(device):
-    q = torch.randn(4, 2, 64, device=device, dtype=torch.float16, requires_grad=True)
-    pool = torch.randn(2, 16, 2, 64, device=device, dtype=torch.float16)
-    cu = torch.tensor([0, 4], dtype=torch.int32, device=device)
-    table = torch.zeros(1, 1, dtype=torch.int32, device=device)
+def test_paged_varlen_grad_inputs(backend, device):
+    """As in flash_attn: the paged forward runs on inputs that require grad (evaluation inside a
+    training loop) and gives the no-grad output; only a backward through it raises."""
+    torch.manual_seed(3)
+    q = torch.randn(5, 4, 64, device=device, dtype=torch.float16)
+    pool = torch.randn(3, 16, 2, 64, device=device, dtype=torch.float16)
+    cu_q = torch.tensor([0, 5], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, 40], dtype=torch.int32, device=device)
+    table = torch.tensor([[2, 0, 1]], dtype=torch.int32, device=device)
+    with torch.no_grad():
+        want = fk.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 5, 40, block_table=table)
+    q_grad, pool_grad = q.clone().requires_grad_(), pool.clone().requires_grad_()
+    out = fk.flash_attn_varlen_func(q_grad, pool_grad, pool_grad, cu_q, cu_k, 5, 40, block_table=table)
+    assert out.requires_grad
+    assert torch.equal(out.detach(), want)
     with pytest.raises(NotImplementedError, match="no backward"):
-        fk.flash_attn_varlen_func(q, pool, pool, cu, cu, 4, 4, block_table=table)
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_kvcache_paged_block_table_bound(backend, device, append):
+    """flash_attn #2711: keys past the pages block_table addresses raise a RuntimeError naming
+    block_table (and what to allocate), before any kernel runs; exactly at capacity is fine."""
+    torch.manual_seed(4)
+    page, heads, d = 16, 2, 64
+    pool_k = torch.randn(4, page, heads, d, device=device, dtype=torch.float16)
+    pool_v = torch.randn_like(pool_k)
+    table = torch.zeros(1, 1, dtype=torch.int32, device=device)  # one column: 16 keys
+    q = torch.randn(1, 1, heads, d, device=device, dtype=torch.float16)
+    new = dict(k=torch.randn(1, 1, heads, d, device=device, dtype=torch.float16),
+               v=torch.randn(1, 1, heads, d, device=device, dtype=torch.float16)) if append else {}
+    too_many = torch.tensor([page if append else page + 1], dtype=torch.int32, device=device)
+    before = pool_k.clone(), pool_v.clone()
+    with pytest.raises(RuntimeError, match="block_table") as raised:
+        fk.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=too_many, block_table=table, **new)
+    assert isinstance(raised.value, fk.CacheCapacityError)
+    assert isinstance(raised.value, UnsupportedInputError)
+    assert "allocate at least 2 columns" in str(raised.value)
+    assert torch.equal(pool_k, before[0]) and torch.equal(pool_v, before[1]), "refused call wrote the cache"
+    at_capacity = torch.tensor([page], dtype=torch.int32, device=device)
+    out = fk.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=at_capacity, block_table=table)
+    assert out.shape == q.shape and not out.isnan().any()
 
 
 def test_kvcache_bad_page_id(backend, device):

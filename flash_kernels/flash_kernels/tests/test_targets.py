@@ -57,13 +57,13 @@ def test_cuda_choices_are_frozen(cc, head_dim_pad, dtype):
     fwd, bwd, decode, fwd_cands, bwd_cands = FROZEN[cc][(head_dim_pad, DTYPES[dtype])]
     # Both spellings of the dtype: torch's (the launchers) and the name (the AOT compiler).
     for dt in (getattr(torch, dtype), dtype):
-        assert _t(triton_tiles._fwd_config(head_dim_pad, dt, target)) == fwd
-        assert _t(triton_tiles._bwd_config(head_dim_pad, dt, target)) == bwd
-        assert [_t(c) for c in triton_tiles._fwd_candidates(head_dim_pad, dt, target)] == fwd_cands
-        assert [_t(c) for c in triton_tiles._bwd_candidates(head_dim_pad, dt, target)] == bwd_cands
+        assert _t(triton_tiles.fwd_config(head_dim_pad, dt, target)) == fwd
+        assert _t(triton_tiles.bwd_config(head_dim_pad, dt, target)) == bwd
+        assert [_t(c) for c in triton_tiles.fwd_candidates(head_dim_pad, dt, target)] == fwd_cands
+        assert [_t(c) for c in triton_tiles.bwd_candidates(head_dim_pad, dt, target)] == bwd_cands
         for rows, want in zip((1, 64, 128), decode):
-            assert _t(triton_tiles._decode_config(rows, head_dim_pad, dt, target)) == want
-        assert triton_tiles._dot_precision(dt, target) == ("tf32" if DTYPES[dtype] else "ieee")
+            assert _t(triton_tiles.decode_config(rows, head_dim_pad, dt, target)) == want
+        assert triton_tiles.dot_precision(dt, target) == ("tf32" if DTYPES[dtype] else "ieee")
 
 
 @pytest.mark.parametrize("head_dim_pad", [16, 64, 256])
@@ -71,11 +71,11 @@ def test_interpreter_tiles_unchanged(head_dim_pad):
     """Under TRITON_INTERPRET=1 the tiles are few and large, whatever the dtype."""
     it = targets.INTERPRETER
     for dt in ("float16", "float32"):
-        assert _t(triton_tiles._fwd_config(head_dim_pad, dt, it)) == (64, 64, 4, 1)
-        assert _t(triton_tiles._bwd_config(head_dim_pad, dt, it)) == (64, 64, 4, 1)
-        assert _t(triton_tiles._decode_config(1, head_dim_pad, dt, it)) == (64, 64, 4, 1)
-        assert [_t(c) for c in triton_tiles._fwd_candidates(head_dim_pad, dt, it)] == [(64, 64, 4, 1)]
-    assert triton_tiles._dot_precision("float16", it) == "tf32"
+        assert _t(triton_tiles.fwd_config(head_dim_pad, dt, it)) == (64, 64, 4, 1)
+        assert _t(triton_tiles.bwd_config(head_dim_pad, dt, it)) == (64, 64, 4, 1)
+        assert _t(triton_tiles.decode_config(1, head_dim_pad, dt, it)) == (64, 64, 4, 1)
+        assert [_t(c) for c in triton_tiles.fwd_candidates(head_dim_pad, dt, it)] == [(64, 64, 4, 1)]
+    assert triton_tiles.dot_precision("float16", it) == "tf32"
 
 
 def test_parse_targets():
@@ -99,29 +99,29 @@ def test_hip_prunes_what_exceeds_lds(arch):
     # Every config the selection hands out fits the target.
     for hdp in (16, 32, 64, 128, 256):
         for dt in DTYPES:
-            for cfg in triton_tiles._fwd_candidates(hdp, dt, target):
+            for cfg in triton_tiles.fwd_candidates(hdp, dt, target):
                 assert triton_tiles._shared_reason(("fwd",), cfg, hdp, dt, target) is None
-            for cfg in triton_tiles._bwd_candidates(hdp, dt, target):
+            for cfg in triton_tiles.bwd_candidates(hdp, dt, target):
                 assert triton_tiles._shared_reason(("dkdv", "dq"), cfg, hdp, dt, target) is None
-            for kernels, cfg in ((("fwd",), triton_tiles._fwd_config(hdp, dt, target)),
-                                 (("fwd",), triton_tiles._decode_config(128, hdp, dt, target)),
-                                 (("dkdv", "dq"), triton_tiles._bwd_config(hdp, dt, target))):
+            for kernels, cfg in ((("fwd",), triton_tiles.fwd_config(hdp, dt, target)),
+                                 (("fwd",), triton_tiles.decode_config(128, hdp, dt, target)),
+                                 (("dkdv", "dq"), triton_tiles.bwd_config(hdp, dt, target))):
                 assert triton_tiles._shared_reason(kernels, cfg, hdp, dt, target) is None, (hdp, dt, cfg)
-            assert triton_tiles._dot_precision(dt, target) == "ieee"
+            assert triton_tiles.dot_precision(dt, target) == "ieee"
 
 
 def test_hip_fp32_decode_drops_a_stage():
     """fp32 decode at head dim 128 with two stages needs 64 KB of K/V alone on AMD: the
     selection drops to one stage instead of letting the launch fail."""
     target = targets.parse("hip:gfx942")
-    assert _t(triton_tiles._decode_config(1, 128, "float32", target)) == (16, 64, 4, 1)
-    assert _t(triton_tiles._decode_config(1, 128, "bfloat16", target)) == (16, 64, 4, 2)
+    assert _t(triton_tiles.decode_config(1, 128, "float32", target)) == (16, 64, 4, 1)
+    assert _t(triton_tiles.decode_config(1, 128, "bfloat16", target)) == (16, 64, 4, 2)
 
 
 def test_candidate_pruned_with_reason_on_a_small_target():
     """A candidate over the target's budget leaves the tuner's list, with the reason kept."""
     small = targets.Target("cuda", 80, 32, 100 * 1024)
-    space = triton_tiles._fwd_space(128, "bfloat16", small)
+    space = triton_tiles.fwd_space(128, "bfloat16", small)
     pruned = {_t(c): why for c, why in space if why and why.startswith("shared memory")}
     assert (128, 128, 8, 3) in pruned and "102400" in pruned[(128, 128, 8, 3)]
-    assert all(_t(c) not in pruned for c in triton_tiles._fwd_candidates(128, "bfloat16", small))
+    assert all(_t(c) not in pruned for c in triton_tiles.fwd_candidates(128, "bfloat16", small))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))
-from tools import build_config as bc  # noqa: E402
-from tools import generate_instantiations as gen  # noqa: E402
+from tools import build_config as bc
+from tools import generate_instantiations as gen
 
 GiB = 1024**3
 
@@ -64,7 +64,7 @@ def test_gencode_flags_arch_specific_hopper():
 
 
 def test_arch_specific_only_for_hopper():
-    with pytest.raises(bc.BuildConfigError, match="only arch-specific target.*9.0a"):
+    with pytest.raises(bc.BuildConfigError, match=r"only arch-specific target.*9.0a"):
         bc.parse_arch_list("8.0a", "TORCH_CUDA_ARCH_LIST")
 
 
@@ -128,7 +128,7 @@ def test_stable_abi_flags_and_local_version():
 
 def test_cuda_major_mismatch_names_the_fix():
     bc.check_cuda_major("13.0", "13.2", "/usr/local/cuda")  # minor differences are allowed
-    with pytest.raises(bc.BuildConfigError, match="CUDA_HOME.*12.x"):
+    with pytest.raises(bc.BuildConfigError, match=r"CUDA_HOME.*12.x"):
         bc.check_cuda_major("13.0", "12.8", "/usr/local/cuda")
 
 
@@ -195,5 +195,5 @@ def test_host_cxx_std_follows_torch_headers():
     assert bc.host_cxx_std(ATEN_211.replace("201703L", "202002L").replace("C++17", "C++20")) == "c++20"
     assert bc.host_cxx_std(None) == "c++17"
     assert bc.host_cxx_std("#pragma once\n") == "c++17"
-    with pytest.raises(bc.BuildConfigError, match="199711L|205012L"):
+    with pytest.raises(bc.BuildConfigError, match=r"199711L|205012L"):
         bc.host_cxx_std("#if __cplusplus < 205012L\n#error\n#endif\n")

@@ -1,7 +1,7 @@
 """A handful of small forward+backward calls of the CUDA ops, to run under compute-sanitizer.
 
-    compute-sanitizer --tool memcheck  --error-exitcode 3 python tools/cuda_sanitize_cases.py
-    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/cuda_sanitize_cases.py
+    compute-sanitizer --tool memcheck  --error-exitcode 3 python tools/gpu/cuda_sanitize_cases.py
+    compute-sanitizer --tool racecheck --error-exitcode 3 python tools/gpu/cuda_sanitize_cases.py
 
 Shapes are small (the sanitizer slows kernels 10-100x) and cover: head dims 32/64/96/128/160/192/256
 (padded and swizzled shared-memory layouts; one-pass and split dK/dV backward), head dims between the
@@ -75,7 +75,7 @@ def run_kvcache_cases(ops) -> int:
             batch_idx = torch.tensor([b, 0, 99][:b], dtype=torch.int32, device="cuda")  # last id out of range
             batch_idx[-1] = 99
         v_cache = torch.randn_like(k_cache)
-        out, lse = ops.kvcache_fwd(q, k_cache, v_cache, seqlens, table, batch_idx, leftpad_t, 1.0 / math.sqrt(d),
+        out, _lse = ops.kvcache_fwd(q, k_cache, v_cache, seqlens, table, batch_idx, leftpad_t, 1.0 / math.sqrt(d),
                                    wl, wr, softcap, splits)
         torch.cuda.synchronize()
         finite = bool(torch.isfinite(out).all())
@@ -95,7 +95,7 @@ def run_kvcache_cases(ops) -> int:
         cu_q = torch.tensor([0, 37, 37, 137], dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0, 50, 62, 132], dtype=torch.int32, device="cuda")
         q = torch.randn(sum(sqs), hq, d, device="cuda", dtype=dtype)
-        out, lse = ops.varlen_fwd(q, k_cache, v_cache, cu_q, cu_k, max(sqs), max(sks), 1.0 / math.sqrt(d), causal,
+        out, _lse = ops.varlen_fwd(q, k_cache, v_cache, cu_q, cu_k, max(sqs), max(sks), 1.0 / math.sqrt(d), causal,
                                   -1, -1, 0.0, table)
         torch.cuda.synchronize()
         finite = bool(torch.isfinite(out).all())

@@ -4,7 +4,7 @@ Each wheel is installed to its own --target folder and timed in its own interpre
 flash_kernels_cuda can be loaded once per process). bf16, batch 2 x seqlen 8192, 2048 hidden
 (16 heads of 128, 32 of 64), causal and not; FLOPs as in cuda_bench.py (backward counted as 2.5x).
 
-    python flash_kernels/tools/cuda_variant_bench.py NAME=path/to/wheel.whl [NAME=...]
+    python flash_kernels/tools/gpu/cuda_variant_bench.py NAME=path/to/wheel.whl [NAME=...]
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 # Compile csrc/ops.cpp as the stable-ABI build does (no GPU, no torch install: headers only) and classify
 # the object's undefined symbols. Fails if any is a libtorch/c10/ATen C++ symbol.
 #
-#   tools/stable_abi_check.sh TORCH_INCLUDE [CUDA_INCLUDE] [TARGET_HEX]
+#   tools/gpu/stable_abi_check.sh TORCH_INCLUDE [CUDA_INCLUDE] [TARGET_HEX]
 #     TORCH_INCLUDE  torch/include of the torch to compile against, e.g. from an unzipped wheel:
 #                    unzip torch-2.11.0-*.whl 'torch/include/*' -d /tmp/t  ->  /tmp/t/torch/include
 #     CUDA_INCLUDE   default /usr/local/cuda/include (cuda_runtime_api.h, cuda_fp16.h, cuda_bf16.h)
 #     TARGET_HEX     TORCH_TARGET_VERSION, default 0x020a000000000000 (torch 2.10)
 # One g++ process, no parallelism. Run from flash_kernels/. Writes to $OUT_DIR (default a temp dir).
 set -euo pipefail
-torch_inc=${1:?usage: tools/stable_abi_check.sh TORCH_INCLUDE [CUDA_INCLUDE] [TARGET_HEX]}
+torch_inc=${1:?usage: tools/gpu/stable_abi_check.sh TORCH_INCLUDE [CUDA_INCLUDE] [TARGET_HEX]}
 cuda_inc=${2:-/usr/local/cuda/include}
 target=${3:-0x020a000000000000}
 out=${OUT_DIR:-$(mktemp -d)}

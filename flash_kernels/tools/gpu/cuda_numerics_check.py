@@ -12,7 +12,7 @@ Head dims: every compiled one, plus multiples of 8 between them (8, 40, 80, 136,
 the next larger compiled kernel with the columns past d predicated off. For those, q, k, v and dout are
 column slices of NaN-filled buffers 8 columns wider, so a kernel that read past d would produce NaN.
 
-    python tools/cuda_numerics_check.py [--quick] [--kvcache-only] [--json PATH]
+    python tools/gpu/cuda_numerics_check.py [--quick] [--kvcache-only] [--json PATH]
 
 Varlen (when the extension has varlen_fwd): packed sequences of different lengths (some empty, some
 shorter than the keys, so causal rows see no key) against the same references run per sequence; and the
@@ -48,7 +48,7 @@ ATOL_SLACK = 1e-5  # absorbs float32-reference rounding where the low-precision 
 def reference(q, k, v, scale, causal, wl, wr, dtype, softcap=0.0):
     """Attention computed in `dtype` by PyTorch ops; rows that see no key give out 0, lse +inf."""
     qf, kf, vf = (t.to(dtype) for t in (q, k, v))
-    b, sq, hq, d = q.shape
+    _b, sq, hq, _d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     g = hq // hk
     kf = kf.repeat_interleave(g, dim=2)
@@ -290,7 +290,7 @@ KVCACHE_CASES = [
 
 
 def _kvcache_inputs(case, dtype, device, guard):
-    b, sq, hq, hk, d, page, cap, leftpad, cache_batch, wl, wr, softcap, splits = case
+    b, sq, hq, hk, d, page, cap, leftpad, cache_batch, _wl, _wr, _softcap, _splits = case
     g = torch.Generator().manual_seed(hash(case) % (2**31))
     # Lengths not multiples of the tiles, and the edges: 0 keys, 1 key, the whole capacity.
     seqlens = torch.randint(1, cap + 1, (b,), generator=g)
@@ -349,7 +349,7 @@ def kvcache_reference(q, k_cache, v_cache, seqlens, table, batch_idx, leftpad, c
 
 
 def run_kvcache_case(case, dtype, device, guard=False):
-    b, sq, hq, hk, d, page, cap, leftpad, cache_batch, wl, wr, softcap, splits = case
+    b, sq, hq, _hk, d, _page, _cap, _leftpad, _cache_batch, wl, wr, softcap, splits = case
     q, k_cache, v_cache, seqlens, table, batch_idx, lp, capacity = _kvcache_inputs(case, dtype, device, guard)
     scale = 1.0 / math.sqrt(d)
     poison([((b, sq, hq, d), dtype), ((b, hq, sq), torch.float32)], device)
@@ -364,7 +364,7 @@ def run_kvcache_case(case, dtype, device, guard=False):
 def run_kvcache_graph_case(dtype, device, paged):
     """Capture kvcache_fwd, change every input in place, replay; compare with eager and the reference."""
     case = (4, 1, 32, 8, 128, 16 if paged else 0, 2000, False, 0, -1, -1, 0.0, 0)
-    q, k_cache, v_cache, seqlens, table, batch_idx, lp, capacity = _kvcache_inputs(case, dtype, device, False)
+    q, k_cache, v_cache, seqlens, table, _batch_idx, _lp, capacity = _kvcache_inputs(case, dtype, device, False)
     scale = 1.0 / math.sqrt(128)
     ops = torch.ops.flash_kernels_cuda
     stream = torch.cuda.Stream()
@@ -414,7 +414,7 @@ def run_varlen_paged_case(case, dtype, device):
     q = torch.randn(tq, hq, d, generator=g).to(device=device, dtype=dtype)
     ks = [torch.randn(n, hk, d, generator=g).to(device=device, dtype=dtype) for n in sks]
     vs = [torch.randn(n, hk, d, generator=g).to(device=device, dtype=dtype) for n in sks]
-    table, num_pages, max_blocks = _paged_copy(list(sks), page, device, generator=g)
+    table, num_pages, _max_blocks = _paged_copy(list(sks), page, device, generator=g)
     k_cache = torch.randn(num_pages, page, hk, d, generator=g).to(device=device, dtype=dtype)
     v_cache = torch.randn(num_pages, page, hk, d, generator=g).to(device=device, dtype=dtype)
     for b in range(len(sks)):
@@ -429,7 +429,7 @@ def run_varlen_paged_case(case, dtype, device):
     refs = {}
     for name, dt in (("ref", torch.float32), ("lowp", dtype)):
         o_parts, l_parts, oq = [], [], 0
-        for b, (sq, sk) in enumerate(zip(sqs, sks, strict=True)):
+        for b, (sq, _sk) in enumerate(zip(sqs, sks, strict=True)):
             with torch.no_grad():
                 o, l_ = reference(q[oq:oq + sq][None], ks[b][None], vs[b][None], scale, causal, wl, wr, dt)
             o_parts.append(o[0])
@@ -513,7 +513,7 @@ def check_all(args, _cuda, device, rows, sm90) -> int:
             rows.append({"case": case, "dtype": str(dtype), "sm90": sm90, "pass": ok, "deterministic": det,
                          "results": res})
             worst = max(res.items(), key=lambda kv: kv[1]["err"] / (2 * kv[1]["lowp_err"] + 1e-5))
-            print(f"{'PASS' if ok else 'FAIL'} {str(dtype):14s} b,sq,sk,hq,hk,d,causal,wl,wr={case} "
+            print(f"{'PASS' if ok else 'FAIL'} {dtype!s:14s} b,sq,sk,hq,hk,d,causal,wl,wr={case} "
                   f"det={det} worst={worst[0]} err={worst[1]['err']:.2e} lowp={worst[1]['lowp_err']:.2e}"
                   + ("" if ok else f" {json.dumps(res)}"), flush=True)
     if hasattr(torch.ops.flash_kernels_cuda, "varlen_fwd"):

@@ -6,7 +6,7 @@ Each time is the median of triton.testing.do_bench over a CUDA-graph replay of 2
 host path of one call costs more than its kernels: many small launches are timed as a graph), divided
 by 20; "eager" is the median of plain back-to-back calls, host overhead included.
 
-    python tools/paged_decode_bench.py [--pages 16 32 64 128 256] [--json PATH]
+    python tools/gpu/paged_decode_bench.py [--pages 16 32 64 128 256] [--json PATH]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def main() -> int:
         for page in args.pages:
             r = row(fk, *shape, page)
             rows.append(r)
-            print(f"{str(shape):28} {page:5d} {r['dense_graph_ms']:9.4f} {r['paged_graph_ms']:9.4f} "
+            print(f"{shape!s:28} {page:5d} {r['dense_graph_ms']:9.4f} {r['paged_graph_ms']:9.4f} "
                   f"{r['paged_over_dense']:6.3f} {r['dense_tbps']:10.2f} {r['paged_tbps']:10.2f} "
                   f"{r['dense_eager_ms']:6.3f}/{r['paged_eager_ms']:6.3f} {r['max_abs_diff']:8.1e}", flush=True)
     if args.json:

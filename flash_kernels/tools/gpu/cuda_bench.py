@@ -4,7 +4,7 @@ FLOPs = 4 * batch * heads * seqlen^2 * head_dim, halved for causal, x3.5 for for
 (the convention of flash-attention's benchmarks). batch * seqlen = 16k tokens, 16 heads of 128 (hidden
 2048), bf16, as in the project's SDPA baseline. Each time is the median of triton.testing.do_bench.
 
-    python tools/cuda_bench.py [--seqlens 4096 8192 16384] [--json PATH]
+    python tools/gpu/cuda_bench.py [--seqlens 4096 8192 16384] [--json PATH]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 #   numerics vs float32, compute-sanitizer memcheck + racecheck, the timing table, the shipped suite
 #   against the CUDA backend. Logs go to $OUT (or ./device_logs). Each step has its own time limit so
 #   one slow step cannot take the others' time.
-#   usage: flash_kernels/tools/device_check.sh WHEEL [steps...]
+#   usage: flash_kernels/tools/gpu/device_check.sh WHEEL [steps...]
 #   steps: numerics sanitize bench suite (the default set), and kvcache (numerics of the KV-cache kernel and
 #   paged forward only), sanitize_kvcache (memcheck + racecheck of those only), decode (benchmarks/bench_decode.py)
 set -u
@@ -15,7 +15,7 @@ python3 -m pip install -q --no-deps --no-index --upgrade --target /tmp/fk_site "
 SO=$(ls /tmp/fk_site/flash_kernels/_C*.so)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print(torch.__version__)';
   cuobjdump --list-elf "$SO" | sed 's/.*\.\(sm_[0-9]*\)\..*/\1/' | sort | uniq -c; cuobjdump --list-ptx "$SO" | sed 's/.*\.\(sm_[0-9]*\)\..*/ptx \1/' | sort | uniq -c; } > "$OUT/wheel_info.txt" 2>&1
-T=flash_kernels/tools
+T=flash_kernels/tools/gpu
 for step in $STEPS; do
   case $step in
     numerics) PYTHONPATH=/tmp/fk_site timeout ${NUMERICS_TIMEOUT:-150} python3 $T/cuda_numerics_check.py ${NUMERICS_ARGS:-} > "$OUT/numerics.log" 2>&1; echo "numerics rc=$?"; tail -1 "$OUT/numerics.log" ;;

@@ -1,5 +1,5 @@
 """Per-family outcome counts of a JUnit file (family = test function; parameters dropped), e.g.
-``FAMILY test_kvcache passed=70 failed=0 skipped=1``. Usage: python tools/junit_counts.py FILE."""
+``FAMILY test_kvcache passed=70 failed=0 skipped=1``. Usage: python tools/gpu/junit_counts.py FILE."""
 
 from __future__ import annotations
 
