@@ -11,7 +11,7 @@ from pathlib import Path
 from flashkit.cli.common import add_install_engine_option, mem, plans, root, specs
 from flashkit.core import paths
 from flashkit.core.atomic import write_text_atomic
-from flashkit.core.errors import NotReproducible, UsageError
+from flashkit.core.errors import NotReproducible, ToolError, UsageError
 from flashkit.images import base, build, build_check, buildah, gc, site_inputs
 from flashkit.images.engine import ensure_engine
 from flashkit.ledger import store
@@ -142,9 +142,14 @@ def cmd_gc(args) -> int:
         print(f"build cache: {build.human_size(report.cache_freed)} reclaimed")
     verb, n = ("would remove", len(report.plan.remove)) if args.dry_run else ("removed", report.removed)
     print(f"{verb} {n} tag(s), kept {len(report.plan.keep)}")
+    try:
+        bh = buildah.find_buildah()
+    except ToolError as exc:
+        print(f"buildah containers: not checked ({exc.message})")
+    else:
+        for cid, name, why in gc.sweep_containers(bh, prefix=args.prefix, dry_run=args.dry_run):
+            print(f"{'would remove' if args.dry_run else 'remove'}  buildah container {name} {cid[:12]}  ({why})")
     if args.runtime_copies:
-        from flashkit.images import buildah
-
         plans = [plan_of(r, s) for s in load_all(r)]
         for ref, size in gc.drop_runtime_copies(ensure_engine(), buildah.find_buildah(), plans, dry_run=args.dry_run):
             print(

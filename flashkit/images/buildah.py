@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -38,6 +39,9 @@ from flashkit.core.errors import BuildError, ContainerError, ToolError
 log = logging.getLogger(__name__)
 
 ROOT_ENV = "FLASHKIT_BUILDAH_ROOT"
+# A working container is named for the process that owns it, so that `flashkit gc` can tell one a killed
+# run left behind (its pid is gone: the container and the layers it pins stay until removed) from one in use.
+WORKING_PREFIX = "flashkit-wc-"
 MIN_VERSION = Version("1.20")  # --timestamp
 _SIZE = re.compile(r"([0-9.]+)\s*([kMGT]?B)")
 _UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
@@ -103,7 +107,7 @@ def no_space_error(bh: Buildah, what: str, output: str, log_path: Path | None = 
         f"{what} failed: no space left on device ({free})",
         detail=hits[-1][-400:],
         hint="free space, then run the command again: `flashkit gc` removes the engine's images of old input "
-        "hashes, `flashkit gc --runtime-copies` buildah's copies of runtime images the engine holds, "
+        "hashes and the working containers killed runs left, `flashkit gc --runtime-copies` buildah's copies of runtime images the engine holds, "
         '`buildah rmi --prune` unused layers; an env needs 15-25 GB while it builds (README, "Disk")'
         + (f"; full log: {log_path}" if log_path else ""),
     )
@@ -247,7 +251,8 @@ class WorkingContainer:
         self._root: Path | None = None
 
     def __enter__(self) -> WorkingContainer:
-        self.cid = self.bh.run("from", "--pull=never", "--quiet", self.ref, timeout=300).stdout.strip()
+        name = f"{WORKING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        self.cid = self.bh.run("from", "--pull=never", "--quiet", "--name", name, self.ref, timeout=300).stdout.strip()
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -316,6 +321,17 @@ def copy_out(bh: Buildah, ref: str, folder: str, dest: Path) -> list[Path]:
                 shutil.copyfile(f, dest / f.name)
                 out.append(dest / f.name)
         return out
+
+
+def containers(bh: Buildah) -> list[dict]:
+    """Every working container of this storage, as ``buildah containers --json`` describes it (id,
+    containername, imagename, ...)."""
+    res = bh.run("containers", "--json", timeout=120)
+    try:
+        rows = json.loads(res.stdout or "null") or []
+    except ValueError:
+        raise BuildError("`buildah containers --json` answered something unreadable", detail=res.stdout[:500]) from None
+    return [r for r in rows if isinstance(r, dict)]
 
 
 def remove(bh: Buildah, refs: list[str]) -> None:

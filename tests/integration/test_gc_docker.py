@@ -39,3 +39,31 @@ def test_gc_removes_stale_tags_and_dry_run_removes_nothing(engine, debian_base):
                 if t.startswith(PREFIX):
                     sdk.images.remove(t)
         sdk.close()
+
+
+def test_gc_removes_a_killed_runs_working_container_and_keeps_a_live_ones(engine):
+    """The containers are real buildah containers (from scratch): one named for a process that has ended, as
+    a run killed inside a WorkingContainer leaves it, and one named for this test's own process."""
+    import os
+
+    from flashkit.images import buildah
+
+    bh = buildah.find_buildah()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, live = f"flashkit-wc-{int(ended.stdout)}-0badc0de", f"flashkit-wc-{os.getpid()}-0badc0de"
+    try:
+        for name in (dead, live):
+            bh.run("from", "--quiet", "--name", name, "scratch", timeout=120)
+        cmd = [sys.executable, "-m", "flashkit.cli.main", "--repo", str(ROOT), "gc", "--prefix", PREFIX]
+        dry = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, timeout=300)
+        assert dry.returncode == 0, dry.stderr
+        assert f"would remove  buildah container {dead}" in dry.stdout and live not in dry.stdout
+        assert {dead, live} <= {r["containername"] for r in buildah.containers(bh)}
+        real = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert real.returncode == 0, real.stderr
+        assert f"remove  buildah container {dead}" in real.stdout
+        names = {r["containername"] for r in buildah.containers(bh)}
+        assert dead not in names and live in names
+    finally:
+        for name in (dead, live):
+            bh.run("rm", name, check=False, timeout=120)
