@@ -29,16 +29,18 @@ SM80 = {
     (32, True): ((128, 128, 8, 3), (64, 64, 4, 2), DECODE_64, ALL_FWD, ALL_BWD),
     (64, True): ((128, 128, 8, 3), (64, 64, 4, 2), DECODE_64, ALL_FWD, ALL_BWD),
     (128, True): ((128, 64, 8, 2), (64, 64, 8, 2), DECODE_64, FWD_128, ALL_BWD),
-    (256, True): ((64, 64, 8, 2), (64, 32, 8, 1), DECODE_32, [], [(64, 64, 4, 1)]),
+    (256, True): ((64, 64, 8, 2), (64, 32, 4, 2), DECODE_32, [], [(64, 32, 4, 2), (64, 64, 8, 2), (64, 32, 4, 1)]),
     (16, False): ((128, 64, 4, 3), (64, 64, 4, 2), DECODE_64, [(128, 64, 4, 3)], [(64, 64, 4, 2)]),
     (32, False): ((128, 64, 4, 3), (64, 64, 4, 2), DECODE_64, [(128, 64, 4, 3)], [(64, 64, 4, 2)]),
     (64, False): ((128, 64, 4, 3), (64, 64, 4, 2), DECODE_64, [(128, 64, 4, 3)], [(64, 64, 4, 2)]),
     (128, False): ((64, 32, 4, 2), (32, 32, 4, 2), DECODE_64_FP32_128, [(64, 32, 4, 2)], [(32, 32, 4, 2)]),
     (256, False): ((64, 32, 4, 2), (32, 32, 4, 1), DECODE_32, [(64, 32, 4, 2)], [(32, 32, 4, 1)]),
 }
-# Hopper differs in one place: three stages for the 16-bit head-dim-128 forward.
+# Hopper differs in two places: three stages for the 16-bit head-dim-128 forward.
 SM90 = dict(SM80)
 SM90[(128, True)] = ((128, 64, 8, 3), *SM80[(128, True)][1:])
+# and at head dim 256 its shared memory holds the two-stage 128x32 backward tile too.
+SM90[(256, True)] = (*SM80[(256, True)][:4], [(64, 32, 4, 2), (128, 32, 8, 2), (64, 64, 8, 2), (64, 32, 4, 1)])
 FROZEN = {80: SM80, 90: SM90}
 DTYPES = {"float16": True, "bfloat16": True, "float32": False}
 
