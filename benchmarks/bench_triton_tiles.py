@@ -24,12 +24,12 @@ import os
 import platform
 import re
 import sys
-import tempfile
 import time
 
 import torch
 import triton
 import triton.testing
+from bench_attention import _atomic_write  # same script folder: one way to write a result
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -188,19 +188,6 @@ def markdown(result):
     return "\n".join(lines)
 
 
-def write_atomic(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -218,9 +205,9 @@ def main(argv=None):
         python=platform.python_version(), dtype=args.dtype, rows=rows, failures=failures,
         seconds=round(time.time() - started, 1),
     )  # fmt: skip
-    write_atomic(args.out, json.dumps(result, indent=1, sort_keys=True))
+    _atomic_write(args.out, lambda f: json.dump(result, f, indent=1, sort_keys=True))
     text = markdown(result)
-    write_atomic(os.path.splitext(args.out)[0] + ".md", text)
+    _atomic_write(os.path.splitext(args.out)[0] + ".md", lambda f: f.write(text))
     print(text)
     for f in failures:
         print(f"CHECK FAILED: {f}", file=sys.stderr)
