@@ -85,3 +85,14 @@ def test_buildah_running_reads_proc(tmp_path):
     (tmp_path / "34").mkdir()
     (tmp_path / "34" / "comm").write_text("buildah\n")
     assert gc.buildah_running(tmp_path)
+
+
+def test_env_builds_remove_their_stage_containers_even_when_they_fail():
+    """buildah keeps a failed build's stage containers unless told otherwise (a full disk left three, each
+    pinning its layers); every env build asks for their removal, with and without the layer cache."""
+    from flashkit.images import build
+
+    plan = next(p for p in PLANS if p.env_id == "cu130-torch211")
+    for opts in (build.BuildOptions(), build.BuildOptions(no_cache=True, check=True)):
+        args = build._build_args(plan, {}, opts)
+        assert "--force-rm" in args and "--layers" in args

@@ -265,6 +265,9 @@ def _build_args(
         "--format",
         "oci",
         "--layers",
+        # A failed or interrupted build otherwise leaves its stage containers behind, each pinning its
+        # image's layers (gigabytes) until someone removes it.
+        "--force-rm",
         "--network",
         "host",
         "--label",
