@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashkit.core.errors import UsageError
+from flashkit.images.buildah import WORKING_PREFIX, containers
 from flashkit.plan.plan import Plan
 
 REPO_PREFIX = "flashkit/"
@@ -139,7 +140,7 @@ def drop_runtime_copies(engine, bh, plans: list[Plan], *, dry_run: bool) -> list
     return gone
 
 
-_OWNED = re.compile(r"flashkit-wc-(\d+)-[0-9a-f]+")
+_OWNED = re.compile(re.escape(WORKING_PREFIX) + r"(\d+)-[0-9a-f]+")
 # buildah build names a stage's container after the 12-hex id of the image it starts from (or after the
 # image's name, for flashkit's own images); an interrupted build leaves them.
 _BUILD_STEP = re.compile(r"[0-9a-f]{12}-working-container(?:-\d+)?")
@@ -190,9 +191,7 @@ def stale_containers(
 
 def sweep_containers(bh, *, prefix: str, dry_run: bool) -> list[tuple[str, str, str]]:
     """Remove (with ``dry_run`` only list) the stale working containers; what was chosen."""
-    from flashkit.images import buildah
-
-    stale = stale_containers(buildah.containers(bh), prefix=prefix, alive=pid_alive, building=buildah_running())
+    stale = stale_containers(containers(bh), prefix=prefix, alive=pid_alive, building=buildah_running())
     if stale and not dry_run:
         for cid, _name, _why in stale:
             bh.run("rm", cid, check=False, timeout=120)
