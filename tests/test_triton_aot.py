@@ -17,7 +17,7 @@ from kitsupport import REPO, input_hash, triton_site
 from flashkit.core.errors import LockError, RecordError, TierError
 from flashkit.core.names import Tier, Verdict
 from flashkit.ledger import gate, record, store
-from flashkit.plan import inputhash, triton_pin
+from flashkit.plan import triton_pin
 from flashkit.plan.plan import load_plan
 from flashkit.plan.specfile import load_env
 from flashkit.verify import triton_aot
@@ -153,6 +153,35 @@ def test_a_kept_part_is_named_by_what_decides_its_result_and_nothing_else():
     assert len({key, *others}) == 6
 
 
+def test_what_is_compiled_is_the_python_package_and_only_it_decides_the_kept_parts(kit_repo, tmp_path):
+    """A CUDA-only change (or one to the package's tests) gives a new input hash but the same compiled digest,
+    so every kept part is reused; a change to a Triton source gives a new digest."""
+    tests_file = kit_repo / "flash_kernels" / "flash_kernels" / "tests" / "test_x.py"
+    tests_file.parent.mkdir(parents=True)
+    tests_file.write_text("def test_x(): pass\n")
+    plan = load_plan(kit_repo, ROCM)
+    assert [f.path for f in triton_aot.compiled_sources(plan)] == ["flash_kernels/flash_kernels/__init__.py"]
+    pkg = triton_aot.stage_sources(plan, tmp_path / "src")
+    staged = sorted(p.relative_to(tmp_path / "src").as_posix() for p in (tmp_path / "src").rglob("*") if p.is_file())
+    assert pkg == tmp_path / "src" / "flash_kernels" and staged == ["flash_kernels/flash_kernels/__init__.py"]
+    digest, hash_before = triton_aot.compiled_digest(plan), plan.input_hash
+
+    (kit_repo / "flash_kernels" / "csrc" / "kernel.cu").write_text("// stand-in, changed\n__global__ void k() {}\n")
+    tests_file.write_text("def test_x(): assert True\n")
+    cuda_only = load_plan(kit_repo, ROCM)
+    assert cuda_only.input_hash != hash_before and triton_aot.compiled_digest(cuda_only) == digest
+
+    (kit_repo / "flash_kernels" / "flash_kernels" / "triton_forward.py").write_text("# a Triton source\n")
+    assert triton_aot.compiled_digest(load_plan(kit_repo, ROCM)) != digest
+
+
+def test_the_repos_compiled_sources_hold_every_kernel_and_no_cuda_source():
+    paths = {f.path for f in triton_aot.compiled_sources(load_plan(REPO, ROCM))}
+    pkg = "flash_kernels/flash_kernels/"
+    assert {pkg + m for m in ("triton_forward.py", "triton_backward.py", "triton_tiles.py", "aot/__init__.py")} <= paths
+    assert not any(p.startswith((pkg + "tests/", "flash_kernels/csrc/", "flash_kernels/tools/")) for p in paths)
+
+
 def _part(target, compiled):
     r = _report(**{target: (compiled, 0)})
     r.update(coverage={"dtypes": ["bf16"], "only": None}, toolchain={"hip_linker": "/usr/bin/ld.lld"})
@@ -180,7 +209,7 @@ def _record(root, env=ROCM, verdict=Verdict.PASSED, report=None):
     rep = json.dumps(report or _report(**{t: (3, 0) for t in AMD}), sort_keys=True).encode()
     counts = {"checked": 6, "failed": 0, "pruned": 2}
     o = TierOutcome(Tier.TRITON_AOT, verdict, counts, ("compiled",), 1.0, {"hostname": "h", "triton": "3.3.1"})
-    digest = inputhash.sources_digest((f.path, f.mode, f.sha256) for f in plan.sources)
+    digest = triton_aot.compiled_digest(plan)
     return record.record_source_verdict(root, env, plan.input_hash, digest, o, rep, {"triton": "3.3.1"}), rep
 
 

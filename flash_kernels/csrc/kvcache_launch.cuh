@@ -13,6 +13,7 @@
 
 #include "kvcache_kernel.cuh"
 #include "launch_check.h"
+#include "split_model.h"
 
 namespace flash_kernels {
 
@@ -46,43 +47,12 @@ struct KvcacheConfig<T, 256> {
   using Tall = KvcacheTraits<T, 256, 4, 1, 32, 2>;    // O is 128 fp32 registers per thread: keep S small
 };
 
-// The split count, from a model of the kernel's time (microseconds) on this GPU. Every block streams its
-// key blocks at the smaller of its share of HBM bandwidth and kBlockBytesPerUs, the most one block streams
-// on its own; blocks beyond one wave run in further waves; each block pays a fixed start (the ring's first
-// fill) and a split run pays the combine launch. The plan uses the cache capacity (lengths are device data
-// and are not read back); each block divides its sequence's real length evenly between the splits.
-// Constants, H200 (132 SMs): 4.4 TB/s of reads; kBlockBytesPerUs from the first measurement (head dim 128,
-// benchmarks/results/decode_h200_20261201/README.md): a grid of 64 decode blocks streamed 21 GB/s per block
-// and 128 blocks only 12, while 256 blocks (two per SM) reached the copy bandwidth, 16.6 GB/s each. So a
-// block is bound by its own issue and latency long before the SM's share of HBM, and the plan fills every
-// block slot before it lets fewer blocks run longer. On other GPUs the per-SM share scales with them.
-struct SplitModel {
-  static constexpr double kReadBytesPerUsPerSm = 4.4e6 / 132;
-  static constexpr double kBlockBytesPerUs = 20e3;
-  static constexpr double kBlockStartUs = 1.5;
-  static constexpr double kCombineUs = 2.5;
-  static constexpr int kMaxSplits = 128;
-};
-
-inline int plan_splits(int64_t units, int key_blocks, int tile_bytes, int blocks_per_sm, int num_sms,
-                       int requested) {
-  const int max_splits = std::max(1, std::min(SplitModel::kMaxSplits, key_blocks));
-  if (requested > 0) return std::min(requested, max_splits);
-  const double slots = static_cast<double>(std::max(1, blocks_per_sm)) * num_sms;
-  const double bandwidth = SplitModel::kReadBytesPerUsPerSm * num_sms;
-  int best = 1;
-  double best_us = 0;
-  for (int s = 1; s <= max_splits; ++s) {
-    const double blocks = static_cast<double>(units) * s;
-    const double waves = std::ceil(blocks / slots);
-    const double rate = std::min(bandwidth / std::min(blocks, slots), SplitModel::kBlockBytesPerUs);
-    const double tiles = std::ceil(static_cast<double>(key_blocks) / s);
-    const double us = waves * (tiles * tile_bytes / rate + SplitModel::kBlockStartUs) +
-                      (s > 1 ? SplitModel::kCombineUs : 0.0);
-    // Ties go to fewer splits (less partial traffic, no combine): a new count must win by 1%.
-    if (s == 1 || us < 0.99 * best_us) best = s, best_us = us;
-  }
-  return best;
+// The device's reachable read bandwidth (split_model.h), from its memory clock and bus width.
+inline double device_read_bytes_per_us(int device, int num_sms) {
+  int khz = 0, bits = 0;
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  return read_bytes_per_us(khz, bits, num_sms);
 }
 
 // Per-device state of one kernel: cudaFuncSetAttribute applies per device, and the occupancy query is a
@@ -133,16 +103,19 @@ int plan_kvcache(const AttnParams& p, int num_sms, int requested) {
   const int64_t units = static_cast<int64_t>(p.batch) * p.heads_kv * kvcache_m_blocks<Traits>(p);
   const int key_blocks = (p.cache_capacity + Traits::kBlockN - 1) / Traits::kBlockN;
   const int tile_bytes = 2 * Traits::kBlockN * kHeadDim * static_cast<int>(sizeof(T));
+  int device = 0;
+  FK_CUDA_CHECK(cudaGetDevice(&device));
   // Planned once per shape: a decode loop repeats one shape, so the last answer is kept per thread.
   struct Plan {
     int64_t units;
-    int key_blocks, per_sm, num_sms, requested, splits;
+    int key_blocks, per_sm, num_sms, requested, device, splits;
   };
-  thread_local Plan last{-1, 0, 0, 0, 0, 0};
+  thread_local Plan last{-1, 0, 0, 0, 0, -1, 0};
   if (last.units != units || last.key_blocks != key_blocks || last.per_sm != per_sm || last.num_sms != num_sms ||
-      last.requested != requested) {
-    last = {units, key_blocks, per_sm, num_sms, requested,
-            plan_splits(units, key_blocks, tile_bytes, per_sm, num_sms, requested)};
+      last.requested != requested || last.device != device) {
+    last = {units, key_blocks, per_sm, num_sms, requested, device,
+            plan_splits(units, key_blocks, tile_bytes, per_sm, num_sms, device_read_bytes_per_us(device, num_sms),
+                        requested)};
   }
   return last.splits;
 }

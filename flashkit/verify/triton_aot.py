@@ -5,14 +5,18 @@ It needs no GPU, no image and no torch: a virtual environment holds only the env
 cached under ``.work/aot/``), and the kernel package's own ``flash_kernels.aot`` enumerates what the
 launchers would compile (tile configs chosen by the kernels' own selection for each target, configs that
 cannot fit a target pruned by it) and reports, per specialisation, whether it compiled and what it uses
-(registers or VGPRs, shared memory or LDS, spills). The kernel sources are the plan's bytes, the ones the
-input hash covers, staged into a temporary folder: what is compiled is exactly what the verdict names.
+(registers or VGPRs, shared memory or LDS, spills). What is compiled is the kernel package's Python package
+(``flash_kernels/flash_kernels/``, its tests left out), as the plan's bytes, the ones the input hash covers,
+staged alone into a temporary folder: nothing else is there to import, so the digest of those files (the
+verdict's subject) names everything the compile read.
 
 Each target is compiled in a run of its own, and a run that passed is kept under ``.work/aot-parts/``, named
-by the sha256 of what decides its result (the kernel sources' digest, the triton version and the digest of its
-installed bits, the target, the ``--only`` filter). A later run reuses it instead of compiling again, so an
-interrupted tier (the AMD targets take an hour or more each on two cores) resumes at the next target, and the
-report is the same bytes either way. Failed or interrupted targets are never kept.
+by the sha256 of what decides its result (that digest, the triton version and the digest of its installed
+bits, the target, the ``--only`` filter). A later run reuses it instead of compiling again: an interrupted tier
+(the AMD targets take an hour or more each on two cores) resumes at the next target, and a change that leaves
+the Python package alone (the CUDA sources, the package's tests, its tools, its README) records the tier at
+the new input hash in seconds. The report is the same bytes either way. Failed or interrupted targets are
+never kept.
 
 What it proves: the kernels compile for those targets and fit their resources. What it does not: that
 they run or are correct there. The verdict says so in plain words.
@@ -42,6 +46,9 @@ from flashkit.plan.triton_pin import TritonPin
 from flashkit.verify.tiers import TierOutcome, host_facts
 
 PACKAGE_DIR = "flash_kernels"  # the kernel package's folder in the repo: its sources' paths start here
+# What the compile imports: the Python package inside it, without its tests (the AOT tool never imports them).
+COMPILED_PREFIX = f"{PACKAGE_DIR}/flash_kernels/"
+NOT_COMPILED_PREFIX = f"{COMPILED_PREFIX}tests/"
 MODULE = "flash_kernels.aot"
 VENV_TIMEOUT_S = 1800
 # A hang guard, not a budget: with triton 3.3.1 one AMD target took more than an hour of wall time on two
@@ -56,7 +63,7 @@ class AotRun:
     outcome: TierOutcome
     report: bytes  # the kernel package's JSON report, byte for byte (the verdict's evidence)
     context: dict[str, str]  # triton version and wheel, targets, the largest resources per target
-    sources_digest: str  # what the verdict judges: the sha256 of the kernel sources' (path, mode, sha256) list
+    sources_digest: str  # what the verdict judges: compiled_sources' digest (inputhash.sources_digest)
     reused: tuple[str, ...] = ()  # targets whose part came from an earlier run (PARTS_DIR)
 
 
@@ -169,9 +176,22 @@ def preinstalled(python: Path, pin: TritonPin) -> str:
     return record_sha
 
 
+def compiled_sources(plan: Plan) -> list:
+    """The plan's source files the compile can read: the kernel package's Python package, tests left out."""
+    return [
+        f for f in plan.sources if f.path.startswith(COMPILED_PREFIX) and not f.path.startswith(NOT_COMPILED_PREFIX)
+    ]
+
+
+def compiled_digest(plan: Plan) -> str:
+    """The verdict's subject: the digest of compiled_sources' (path, mode, sha256) list."""
+    return inputhash.sources_digest((f.path, f.mode, f.sha256) for f in compiled_sources(plan))
+
+
 def stage_sources(plan: Plan, dest: Path) -> Path:
-    """The plan's kernel sources (the bytes the input hash covers) under ``dest``; the folder to import from."""
-    for f in plan.sources:
+    """compiled_sources (the bytes the input hash covers) under ``dest``, and nothing else; the folder to
+    import from."""
+    for f in compiled_sources(plan):
         path = dest / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(f.data)
@@ -227,7 +247,7 @@ def run(
         installed = {"triton_wheel_sha256": wheel_sha}
     else:
         installed = {"triton_installed": str(python)[:200], "triton_record_sha256": preinstalled(python, pin)}
-    digest = inputhash.sources_digest((f.path, f.mode, f.sha256) for f in plan.sources)
+    digest = compiled_digest(plan)
     parts, codes, reused = [], [], []
     with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
         pkg = stage_sources(plan, Path(tmp) / "src")

@@ -20,7 +20,7 @@ import functools
 import torch
 
 import flash_kernels as _fk
-from flash_kernels import flash_attn_with_kvcache
+from flash_kernels import flash_attn_with_kvcache  # noqa: F401 (exported as it is)
 
 __version__ = "0+flash_kernels.shim"
 
@@ -49,19 +49,9 @@ def _with_single_block_s_dmask(fn):
     return wrapper
 
 
-flash_attn_func = _with_single_block_s_dmask(_fk.flash_attn_func)
-flash_attn_kvpacked_func = _with_single_block_s_dmask(_fk.flash_attn_kvpacked_func)
-flash_attn_qkvpacked_func = _with_single_block_s_dmask(_fk.flash_attn_qkvpacked_func)
-flash_attn_varlen_func = _with_single_block_s_dmask(_fk.flash_attn_varlen_func)
-flash_attn_varlen_kvpacked_func = _with_single_block_s_dmask(_fk.flash_attn_varlen_kvpacked_func)
-flash_attn_varlen_qkvpacked_func = _with_single_block_s_dmask(_fk.flash_attn_varlen_qkvpacked_func)
-
-__all__ = [
-    "flash_attn_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_with_kvcache",
-]
+# flash_kernels' public functions; every one but flash_attn_with_kvcache (no S_dmask) gets the rescaling.
+__all__ = [name for name in _fk.__all__ if name.startswith("flash_attn")]
+for _name in __all__:
+    if _name != "flash_attn_with_kvcache":
+        globals()[_name] = _with_single_block_s_dmask(getattr(_fk, _name))
+del _name

@@ -6,17 +6,10 @@ private C++ entry points (flash_attn_gpu, _flash_attn_forward, ...) are delibera
 
 import torch
 
-from flash_attn import (
-    SINGLE_KEY_BLOCK,
-    flash_attn_func,
-    flash_attn_kvpacked_func,
-    flash_attn_qkvpacked_func,
-    flash_attn_varlen_func,
-    flash_attn_varlen_kvpacked_func,
-    flash_attn_varlen_qkvpacked_func,
-    flash_attn_with_kvcache,
-)
+import flash_attn
+from flash_attn import SINGLE_KEY_BLOCK
 
+globals().update({name: getattr(flash_attn, name) for name in flash_attn.__all__})
 USE_TRITON_ROCM = getattr(torch.version, "hip", None) is not None
 
 
@@ -25,14 +18,4 @@ def _get_block_size_n(device, head_dim, is_dropout, is_causal):
     return SINGLE_KEY_BLOCK
 
 
-__all__ = [
-    "USE_TRITON_ROCM",
-    "_get_block_size_n",
-    "flash_attn_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_with_kvcache",
-]
+__all__ = [*flash_attn.__all__, "USE_TRITON_ROCM", "_get_block_size_n"]
