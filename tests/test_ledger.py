@@ -164,6 +164,55 @@ def test_a_wheel_verdict_never_applies_to_another_wheel(tmp_path):
     assert not gate.judgements(led, other)[Tier.ARTIFACT_GPU].passed
 
 
+def test_an_artifact_gpu_verdict_follows_the_very_wheel_to_a_new_input_hash(tmp_path):
+    """A template edit to the runtime stage moves the input hash and leaves the wheel alone: the GPU run
+    judged that file, so it counts at the new hash once the new image's own build, abi and cpu passed."""
+    first = artifact()
+    full_ledger(tmp_path, first)
+    moved = artifact(h=H2, image=digest("image at H2"), date="2026-12-01T09:00:00+00:00")
+    led, added = record.append_with_applies(tmp_path, ENV, [moved])
+    applies = [f for f in added if isinstance(f, Applies)]
+    # Only artifact-gpu follows the wheel: the build tier is judged again at every input hash.
+    assert [a.tier for a in applies] == [Tier.ARTIFACT_GPU]
+    assert applies[0].input_hash == H2 and H1[:20] in applies[0].because and H2[:20] in applies[0].because
+    j = gate.judgements(led, moved)[Tier.ARTIFACT_GPU]
+    assert not j.passed and "only once this image's own build, abi and cpu passed" in j.how
+    store.append(tmp_path, ENV, [verdict(moved, t, date="2026-12-01T10:00:00+00:00") for t in ("build", "abi")])
+    assert not gate.gate(store.load(tmp_path, ENV), H2, moved.image_id, FULL)  # cpu has not run
+    store.append(tmp_path, ENV, [verdict(moved, "cpu", date="2026-12-01T10:00:00+00:00")])
+    led = store.load(tmp_path, ENV)
+    j = gate.judgements(led, moved)[Tier.ARTIFACT_GPU]
+    assert j.passed and j.relation == "same-wheel" and j.how.startswith("same wheel") and H1[:20] in j.how
+    assert gate.gate(led, H2, moved.image_id, FULL)
+    assert gate.summary(led, H2).tiers["artifact-gpu"] == f"passed(same-wheel:{H1[:12]})"
+    # A GPU policy without "own" takes none of this env's verdicts, moved or not.
+    assert not gate.judgements(led, moved, ("device-code",))[Tier.ARTIFACT_GPU].passed
+
+
+def test_a_verdict_at_another_input_hash_never_reaches_another_wheel(tmp_path):
+    full_ledger(tmp_path, artifact())
+    other = artifact(h=H2, image=digest("img at H2"), wheel="e" * 64, date="2026-12-01T00:00:00+00:00")
+    led, added = record.append_with_applies(tmp_path, ENV, [other])
+    assert added == [other]
+    store.append(tmp_path, ENV, [verdict(other, t, date="2026-12-01T10:00:00+00:00") for t in ("build", "abi", "cpu")])
+    led = store.load(tmp_path, ENV)
+    assert not gate.judgements(led, other)[Tier.ARTIFACT_GPU].passed
+    assert not gate.gate(led, H2, other.image_id, FULL)
+
+
+def test_a_later_failure_of_the_same_wheel_wins_at_the_new_input_hash(tmp_path):
+    first = artifact()
+    full_ledger(tmp_path, first)
+    moved = artifact(h=H2, image=digest("image at H2"), date="2026-12-01T09:00:00+00:00")
+    record.append_with_applies(
+        tmp_path, ENV, [moved, *(verdict(moved, t, date="2026-12-01T10:00:00+00:00") for t in ("build", "abi", "cpu"))]
+    )
+    assert gate.gate(store.load(tmp_path, ENV), H2, moved.image_id, FULL)
+    store.append(tmp_path, ENV, [verdict(moved, "artifact-gpu", "failed", date="2026-12-02T10:00:00+00:00")])
+    decision = gate.gate(store.load(tmp_path, ENV), H2, moved.image_id, FULL)
+    assert not decision and "artifact-gpu: failed" in " ".join(decision.reasons)
+
+
 def test_weaker_policy_passes_only_when_asked(tmp_path):
     a = artifact()
     full_ledger(tmp_path, a, tiers=("build", "abi", "cpu"))

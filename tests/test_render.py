@@ -187,6 +187,19 @@ def test_nothing_in_a_build_records_install_time():
     assert "find /opt/venv -name __pycache__ -prune -exec rm -rf {} +" in runtime
 
 
+@pytest.mark.parametrize("env", IDS)
+def test_byte_code_is_compiled_in_one_process(env):
+    # marshal writes an object as a back-reference or not by its refcount, which depends on what the process
+    # compiled before: with -j0 the files each worker got (a race) changed .pyc bytes between two cold builds
+    # of cu130-torch211 at one input hash (CI, 2026-12-06), and with them the runtime image id.
+    compiles = [r for r in _run_instructions(_render(REPO, env)) if "compileall" in r]
+    assert compiles, "no compileall step found"
+    for run in compiles:
+        assert re.findall(r"\s-j\s*(\S+)", run) == ["1"], run
+        # and nothing but compileall writes byte code in that step (an interpreter's start would, timestamped)
+        assert "export PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 " in run, run
+
+
 def test_unpinned_base_is_said_in_the_dockerfile():
     assert "UNPINNED" in _render(REPO, "rocm64-torch27")
     assert "UNPINNED" not in _render(REPO, "cu128-torch28")

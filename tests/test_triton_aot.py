@@ -5,6 +5,7 @@ The compile itself runs in tests/integration/test_triton_aot_compile.py (it inst
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -303,3 +304,61 @@ def test_a_timeout_stops_the_tools_workers_too(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"worker {worker} of the timed-out tool is still running")
+
+
+def test_a_recorded_report_of_the_same_files_triton_and_targets_is_reused_at_a_new_input_hash(kit_repo, cli, tmp_path):
+    """A fresh host has no kept parts; the ledger has the report. An edit that leaves the compiled package
+    alone (here a CUDA source) moves the input hash, and `flashkit aot` records the tier there from the
+    report of the earlier verdict without compiling (the stand-in triton here could compile nothing)."""
+    py = _interpreter_with_triton(tmp_path / "py", "3.3.1")
+    bits = triton_aot.preinstalled(py, _pin(kit_repo, ROCM))
+    plan = load_plan(kit_repo, ROCM)
+    report = _report(**{t: (3, 0) for t in AMD})
+    o = triton_aot.outcome_of(report, 0, PIN, AMD, 0.0)
+    context = {"triton": "3.3.1", "triton_installed": str(py), "triton_record_sha256": bits, "targets": ",".join(AMD)}
+    _l, first, _p = record.record_source_verdict(
+        kit_repo, ROCM, plan.input_hash, triton_aot.compiled_digest(plan), o, triton_aot.report_bytes(report), context
+    )
+    (kit_repo / "flash_kernels" / "csrc").mkdir(parents=True, exist_ok=True)
+    (kit_repo / "flash_kernels" / "csrc" / "kernel.cu").write_text("// a CUDA-only change\n")
+    moved = load_plan(kit_repo, ROCM)
+    assert moved.input_hash != plan.input_hash
+    r = cli("--repo", str(kit_repo), "aot", ROCM, "--python", str(py))
+    assert r.code == 0 and f"the report of verdict {first.id[7:19]}" in r.err + r.out, r.err
+    j = gate.source_judgement(store.load(kit_repo, ROCM), moved.input_hash, Tier.TRITON_AOT)
+    assert j.passed and j.verdict.evidence == first.evidence and j.verdict.subject == first.subject
+    assert j.verdict.context["report_reused"] == f"verdict {first.id[7:19]} at {plan.input_hash[:20]}"
+
+
+@pytest.mark.parametrize("differs", ["digest", "triton bits", "targets"])
+def test_a_recorded_report_of_anything_else_is_not_reused(differs, tmp_path):
+    py = _interpreter_with_triton(tmp_path / "py", "3.3.1")
+    plan = load_plan(REPO, ROCM)
+    pin = _pin(REPO, ROCM)
+    bits = triton_aot.preinstalled(py, pin)
+    installed = {"triton_installed": str(py), "triton_record_sha256": bits}
+    digest = triton_aot.compiled_digest(plan)
+    ctx = {"triton": "3.3.1", "triton_record_sha256": bits, "targets": ",".join(AMD)}
+    rec = triton_aot.Recorded("sha256:" + "1" * 64, "fk2-" + "0" * 64, f"sha256:{digest}", ctx, b"{}")
+    assert rec.covers(digest, pin, installed, AMD)
+    if differs == "digest":
+        rec = dataclasses.replace(rec, subject="sha256:" + "2" * 64)
+    elif differs == "triton bits":
+        rec = dataclasses.replace(rec, context={**ctx, "triton_record_sha256": "3" * 64})
+    else:
+        rec = dataclasses.replace(rec, context={**ctx, "targets": "hip:gfx942"})
+    assert not rec.covers(digest, pin, installed, AMD)
+    # nothing to reuse: run() compiles, and the stand-in triton cannot
+    with pytest.raises(TierError):
+        triton_aot.run(plan, pin, tmp_path / "work", AMD, python=py, recorded=(rec,))
+
+
+def test_only_a_passed_verdict_whose_report_is_intact_is_offered(kit_repo):
+    from flashkit.cli import aot_cmd
+
+    (_l, passed, path), _rep = _record(kit_repo)
+    _record(kit_repo, verdict=Verdict.FAILED, report=_report(**{t: (2, 1) for t in AMD}))
+    plan = load_plan(kit_repo, ROCM)
+    assert [r.verdict_id for r in aot_cmd._recorded(kit_repo, plan)] == [passed.id]
+    path.write_text(path.read_text().replace("_attn_fwd", "_attn_xyz"))
+    assert aot_cmd._recorded(kit_repo, plan) == ()

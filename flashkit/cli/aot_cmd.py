@@ -77,6 +77,19 @@ def cmd_show(r: Path, plan: Plan) -> int:
     return 0 if v.passed else NotVerified.exit_code
 
 
+def _recorded(r: Path, plan: Plan) -> tuple[triton_aot.Recorded, ...]:
+    """The env's passed triton-aot verdicts whose report is beside the ledger with the sha256 they name."""
+    out = []
+    for v in store.load(r, plan.env_id).verdicts():
+        if v.tier is not Tier.TRITON_AOT or not v.passed:
+            continue
+        path = record.evidence_path(r, v.evidence.get("report_sha256", ""))
+        data = path.read_bytes() if path.is_file() else b""
+        if data and hashlib.sha256(data).hexdigest() == v.evidence["report_sha256"]:
+            out.append(triton_aot.Recorded(v.id, v.input_hash, v.subject.digest, dict(v.context), data))
+    return tuple(reversed(out))  # the latest first
+
+
 def interpreter(text: str) -> Path:
     """``--python PATH`` as an executable regular file (a symlink to one is fine); UsageError otherwise. Running
     /dev/null, a FIFO (which would block) or a folder fails late and unclearly."""
@@ -103,9 +116,13 @@ def cmd_aot(args) -> int:
     targets, whole = _targets(plan, args.targets)
     recorded = whole and not args.only
     say(f"{plan.env_id}: compiling flash_kernels' Triton kernels for {', '.join(targets)} with triton {pin.version}")
-    run = triton_aot.run(plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only, python=python)
+    run = triton_aot.run(
+        plan, pin, r / WORK, targets, jobs=args.jobs, only=args.only, python=python, recorded=_recorded(r, plan)
+    )
     o = run.outcome
-    if run.reused:
+    if "report_reused" in run.context:
+        say(f"{plan.env_id}: the report of {run.context['report_reused']} was made from these very files (reused)")
+    elif run.reused:
         say(f"{plan.env_id}: reused the passed result of an earlier run for {', '.join(run.reused)} (.work/aot-parts/)")
     print(
         f"{plan.env_id} triton-aot: {o.verdict} ({', '.join(f'{k} {v}' for k, v in o.counts.items())}) in {o.duration_s:.0f}s"

@@ -10,6 +10,10 @@
   (the artifact's ``wheel_from``), an ``applies`` fact with ``source_env`` in this ledger names that
   env's verdict on the very same sha256 (resolved and checked when the ledger is read). Image tiers are
   never taken from another env: this image is judged here or not at all;
+- an artifact-gpu verdict judged a wheel file on a GPU host: it holds for every build of this env whose
+  wheel is that very file, at any input hash (an edit to the runtime stage or a runtime lock moves the hash
+  and leaves the wheel alone), once that build's own build, abi and cpu tiers passed (relation
+  ``same-wheel``; the applies fact names both input hashes);
 - the latest verdict for a (tier, subject) wins, so a tier that failed after it passed is not passed
   (this env's own and the inherited verdicts alike);
 - a source tier (triton-aot) judged the kernel sources, which the input hash covers byte for byte: its
@@ -29,7 +33,14 @@ import difflib
 
 from flashkit.core.errors import UsageError
 from flashkit.core.names import TIER_ORDER, Subject, Tier
-from flashkit.ledger.model import RELATION_DEVICE_CODE, Applies, Artifact, VerdictFact, where_it_ran
+from flashkit.ledger.model import (
+    RELATION_DEVICE_CODE,
+    RELATION_SAME_WHEEL,
+    Applies,
+    Artifact,
+    VerdictFact,
+    where_it_ran,
+)
 from flashkit.ledger.store import Ledger
 
 GPU_TIERS = (Tier.GPU, Tier.ARTIFACT_GPU)
@@ -84,7 +95,7 @@ class Judgement:
     verdict: VerdictFact | None
     how: str  # which digest the verdict judged, and why it counts for this artifact
     source_env: str | None = None  # the env whose ledger holds the verdict (None: this env's own)
-    relation: str | None = None  # "wheel-from", "device-code" (None: this env's own digest)
+    relation: str | None = None  # "wheel-from", "device-code", "same-wheel" (None: this env's own digest here)
     device_code: str | None = None  # the identical device-code digest a device-code relation rests on
 
     @property
@@ -125,14 +136,18 @@ def judge(ledger: Ledger, artifact: Artifact, tier: Tier, accepts: tuple[str, ..
     found = [v for v in ledger.verdicts(artifact.input_hash) if v.tier is tier and v.subject == subject]
     inherited = _inherited(ledger, artifact, tier) if "wheel-from" in allowed else []
     by_code = _by_device_code(ledger, artifact, tier) if "device-code" in allowed else []
+    same = _same_wheel(ledger, artifact, tier)
     if tier in GPU_TIERS and "own" not in allowed:
-        found = []
-    verdict = _latest(found + [v for _a, v in inherited] + [v for _a, v in by_code])
+        found, same = [], []
+    verdict = _latest(found + [v for _a, v in inherited] + [v for _a, v in by_code] + [v for _a, v in same])
     if verdict is None:
         return Judgement(tier, None, f"no verdict judged {subject.short()}")
     code = next((a for a, v in by_code if v.id == verdict.id), None)
     if code is not None:
         return _device_code_judgement(ledger, artifact, tier, verdict, code)
+    moved = next((a for a, v in same if v.id == verdict.id), None)
+    if moved is not None:
+        return _same_wheel_judgement(ledger, artifact, tier, verdict)
     via = next((a for a, v in inherited if v.id == verdict.id), None)
     if via is not None:
         src = artifact.wheel_from or {}
@@ -173,16 +188,47 @@ def _device_code_judgement(
         f"{ran} on {host.get('gpu', '?')} ({verdict.date[:10]}, verdict {verdict.id[7:19]}); this wheel carries the "
         f"same cubins and PTX; its torch binding ran only in its own build, abi and cpu tiers"
     )
+    held = _unless_own_tiers_missing(ledger, artifact, tier, f"a verdict reaches it {how}, but")
+    return held or Judgement(tier, verdict, how, a.source_env, RELATION_DEVICE_CODE, a.device_code)
+
+
+def _unless_own_tiers_missing(ledger: Ledger, artifact: Artifact, tier: Tier, lead: str) -> Judgement | None:
+    """A "not verified" judgement while this image's own build, abi or cpu has not passed (None once they
+    all have): a verdict reached through a relation covers the wheel, never the image it now sits in."""
     own = {t: judge(ledger, artifact, t) for t in OWN_TIERS_FOR_DEVICE_CODE}
     missing = [j.line() for j in own.values() if not j.passed]
-    if missing:
-        return Judgement(
-            tier,
-            None,
-            f"a verdict reaches it {how}, but that counts only once this image's own build, abi and cpu passed "
-            f"({'; '.join(missing)})",
-        )
-    return Judgement(tier, verdict, how, a.source_env, RELATION_DEVICE_CODE, a.device_code)
+    if not missing:
+        return None
+    why = f"{lead} that counts only once this image's own build, abi and cpu passed ({'; '.join(missing)})"
+    return Judgement(tier, None, why)
+
+
+def _same_wheel_judgement(ledger: Ledger, artifact: Artifact, tier: Tier, verdict: VerdictFact) -> Judgement:
+    """This env's verdict on the very wheel file, recorded at another input hash: it judged these bytes, and
+    counts once this build's own build, abi and cpu tiers passed (they judge what moved the input hash)."""
+    how = (
+        f"same wheel ({verdict.subject.short()}), judged at input hash {verdict.input_hash[:20]}… on "
+        f"{where_it_ran(verdict.host)} ({verdict.date[:10]}, verdict {verdict.id[7:19]}); the input hash moved and "
+        f"the wheel did not"
+    )
+    held = _unless_own_tiers_missing(ledger, artifact, tier, f"a verdict reaches it: {how};")
+    return held or Judgement(tier, verdict, how, relation=RELATION_SAME_WHEEL)
+
+
+def _same_wheel(ledger: Ledger, artifact: Artifact, tier: Tier) -> list[tuple[Applies, VerdictFact]]:
+    """This env's artifact-gpu verdicts at other input hashes that an applies carries to ``artifact``."""
+    if tier is not Tier.ARTIFACT_GPU:
+        return []
+    mine = {v.id: v for v in ledger.verdicts() if v.tier is tier and v.input_hash != artifact.input_hash}
+    subject = artifact.subject(Subject.WHEEL)
+    return [
+        (a, mine[a.verdict_id])
+        for a in ledger.applies()
+        if a.source_env is None
+        and a.artifact_id == artifact.id
+        and a.verdict_id in mine
+        and mine[a.verdict_id].subject == subject
+    ]
 
 
 def _by_device_code(ledger: Ledger, artifact: Artifact, tier: Tier) -> list[tuple[Applies, VerdictFact]]:
@@ -254,7 +300,8 @@ class Summary:
 
     status: str  # one line, as :func:`status`
     # tier -> the latest build's verdict ("passed", "failed", ...; "passed(applies)" for a bit-identical wheel
-    # judged in another image of this env, "passed(applies:<env>)" for the wheel of <env> this image installs)
+    # judged in another image of this env, "passed(applies:<env>)" for the wheel of <env> this image installs,
+    # "passed(same-wheel:<input hash>)" for this env's very wheel judged at another input hash)
     tiers: dict[str, str]
     wheel: str | None  # the latest build's wheel file name
     published: tuple[str, ...]  # the tags of the publications at this input hash
@@ -275,6 +322,8 @@ def _marked(found: dict[Tier, Judgement]) -> dict[str, str]:
         if j.verdict is not None:
             if j.relation == RELATION_DEVICE_CODE:
                 mark = f"(device-code:{j.source_env})"
+            elif j.relation == RELATION_SAME_WHEEL:
+                mark = f"(same-wheel:{j.verdict.input_hash[:12]})"
             elif j.source_env:
                 mark = f"(applies:{j.source_env})"
             else:

@@ -205,6 +205,9 @@ class DeviceCodeFact(Fact):
 
 KINDS: dict[str, type[Fact]] = {c.kind: c for c in (Artifact, VerdictFact, Applies, Publication, DeviceCodeFact)}
 RELATION_DEVICE_CODE = "device-code"
+# Not a field value: the gate's name for an applies (relation None) that carries this env's artifact-gpu
+# verdict on the very wheel from another input hash (flashkit.ledger.gate).
+RELATION_SAME_WHEEL = "same-wheel"
 
 
 def _plain(value: Any) -> Any:

@@ -95,16 +95,22 @@ def verdict_of(outcome: TierOutcome, artifact: Artifact, *, source: str = "build
 
 
 def missing_applies(ledger: Ledger) -> list[Applies]:
-    """An ``applies`` fact for every (verdict, later artifact) pair that shares the judged digest."""
+    """An ``applies`` fact for every (verdict, later artifact) pair that shares the judged digest: a build at
+    the verdict's input hash in another image, and, for artifact-gpu, a build at any input hash of this env
+    whose wheel is the very file judged (see :func:`same_wheel_because`)."""
     done = {(a.verdict_id, a.artifact_id) for a in ledger.applies()}
     out = []
     for v in ledger.verdicts():
         if v.tier.subject is Subject.SOURCE:
             continue  # judged at its input hash, whichever build: nothing to carry to a later build
-        for art in ledger.artifacts(v.input_hash):
-            if art.subject(v.tier.subject) != v.subject or v.context.get("image_id") in (None, art.image_id):
+        arts = ledger.artifacts() if v.tier is Tier.ARTIFACT_GPU else ledger.artifacts(v.input_hash)
+        for art in arts:
+            if art.subject(v.tier.subject) != v.subject or (v.id, art.id) in done:
                 continue
-            if (v.id, art.id) in done:
+            if art.input_hash != v.input_hash:
+                out.append(_applies(v, art, same_wheel_because(art, v)))
+                continue
+            if v.context.get("image_id") in (None, art.image_id):
                 continue
             what = "wheel" if v.tier.subject.value == "wheel" else "image"
             because = (
@@ -113,6 +119,21 @@ def missing_applies(ledger: Ledger) -> list[Applies]:
             )
             out.append(_applies(v, art, because))
     return out
+
+
+def same_wheel_because(art: Artifact, v: VerdictFact) -> str:
+    """Why an artifact-gpu verdict at another input hash of this env holds for ``art``, and what it leaves out.
+
+    The artifact-gpu tier judges a wheel file on a GPU host, under that host's torch, whatever image the
+    wheel came out of: when an edit that leaves the wheel alone (the runtime stage, a runtime lock) moves
+    the input hash, the file judged is still this build's file, byte for byte. The new image's torch
+    binding is judged by its own build, abi and cpu tiers, which the gate requires before this counts."""
+    return (
+        f"the wheel sha256:{art.wheel_sha256} of build {art.id[7:19]} at input hash {art.input_hash[:20]}… is "
+        f"the very file (bit-identical) that this env's {v.tier} verdict {v.id[7:19]} judged at input hash "
+        f"{v.input_hash[:20]}… on {where_it_ran(v.host)}; the input hash moved and the wheel did not. It counts "
+        f"once this build's own build, abi and cpu tiers passed"
+    )
 
 
 def _applies(v: VerdictFact, art: Artifact, because: str, source_env: str | None = None) -> Applies:

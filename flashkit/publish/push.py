@@ -47,7 +47,7 @@ from flashkit.core.atomic import utc_now
 from flashkit.core.errors import PublishRefused, PullBackMismatch, PushFailed, UsageError
 from flashkit.ledger import store
 from flashkit.ledger.gate import GPU_TIERS, GateDecision, Policy, gate
-from flashkit.ledger.model import RELATION_DEVICE_CODE, Publication
+from flashkit.ledger.model import RELATION_DEVICE_CODE, RELATION_SAME_WHEEL, Publication
 from flashkit.ledger.record import append_with_applies
 from flashkit.publish import attest
 from flashkit.publish.registry import (
@@ -174,6 +174,12 @@ def relation(j, art) -> dict[str, str]:
     """What a verdict that reached this image through another artifact stands on, and what it does not cover."""
     assert j.verdict is not None
     out = {"kind": j.relation, "source_env": str(j.source_env), "judged_wheel": j.verdict.subject.digest}
+    if j.relation == RELATION_SAME_WHEEL:
+        out.update(
+            judged_at_input_hash=j.verdict.input_hash,
+            covers="this very wheel (bit-identical), judged at another input hash of this env; this image's "
+            "torch binding ran in its own build, abi and cpu tiers",
+        )
     if j.relation == RELATION_DEVICE_CODE:
         out.update(
             device_code=str(j.device_code),

@@ -16,7 +16,7 @@ from pathlib import Path
 from flashkit.core.errors import FlashkitError, LockError
 from flashkit.core.names import TIER_ORDER, Subject
 from flashkit.ledger import gate, store
-from flashkit.ledger.model import RELATION_DEVICE_CODE, Artifact, where_it_ran
+from flashkit.ledger.model import RELATION_DEVICE_CODE, RELATION_SAME_WHEEL, Artifact, where_it_ran
 from flashkit.plan.plan import plan_of
 from flashkit.plan.specfile import load_each
 
@@ -67,6 +67,8 @@ def _relation(j: gate.Judgement) -> str:
         return ""
     if j.relation == RELATION_DEVICE_CODE:
         return f"same device code as {j.source_env}"
+    if j.relation == RELATION_SAME_WHEEL:
+        return f"same wheel, judged at {j.verdict.input_hash[:12]}"
     if j.source_env:
         return f"wheel built by {j.source_env}"
     return "applies: a bit-identical wheel" if j.how.startswith("applies") else ""

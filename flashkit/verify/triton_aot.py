@@ -15,8 +15,10 @@ by the sha256 of what decides its result (that digest, the triton version and th
 bits, the target, the ``--only`` filter). A later run reuses it instead of compiling again: an interrupted tier
 (the AMD targets take an hour or more each on two cores) resumes at the next target, and a change that leaves
 the Python package alone (the CUDA sources, the package's tests, its tools, its README) records the tier at
-the new input hash in seconds. The report is the same bytes either way. Failed or interrupted targets are
-never kept.
+the new input hash in seconds. On a host without those parts (a fresh checkout), a passed verdict in the
+env's ledger made from the same digest, triton bits and targets serves instead: its report, kept beside the
+ledger and checked against the sha256 the verdict names, is the report. The report is the same bytes either
+way. Failed or interrupted targets are never kept.
 
 What it proves: the kernels compile for those targets and fit their resources. What it does not: that
 they run or are correct there. The verdict says so in plain words.
@@ -64,7 +66,28 @@ class AotRun:
     report: bytes  # the kernel package's JSON report, byte for byte (the verdict's evidence)
     context: dict[str, str]  # triton version and wheel, targets, the largest resources per target
     sources_digest: str  # what the verdict judges: compiled_sources' digest (inputhash.sources_digest)
-    reused: tuple[str, ...] = ()  # targets whose part came from an earlier run (PARTS_DIR)
+    reused: tuple[str, ...] = ()  # targets whose part came from an earlier run (PARTS_DIR or a recorded report)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A passed triton-aot verdict in the env's ledger and the report it names (checked against its sha256)."""
+
+    verdict_id: str
+    input_hash: str
+    subject: str  # "sha256:<compiled digest>"
+    context: dict[str, str]
+    report: bytes
+
+    def covers(self, digest: str, pin: TritonPin, installed: dict[str, str], targets: tuple[str, ...]) -> bool:
+        """Was it made from these very files, with this very triton, for exactly these targets?"""
+        same_bits = all(self.context.get(k) == v for k, v in installed.items() if k != "triton_installed")
+        return (
+            self.subject == f"sha256:{digest}"
+            and self.context.get("triton") == pin.version
+            and same_bits
+            and self.context.get("targets") == ",".join(targets)
+        )
 
 
 def targets_for(spec) -> tuple[str, ...]:
@@ -237,10 +260,13 @@ def run(
     jobs: int = 2,
     only: str | None = None,
     python: Path | None = None,
+    recorded: tuple[Recorded, ...] = (),
 ) -> AotRun:
     """Compile every specialisation for ``targets`` and judge the report (``only``: a subset, for a quick look;
     ``python``: an interpreter that already has the pinned triton, instead of a venv made from the index).
-    Each target runs alone; a passed target's report is kept and reused (module docstring)."""
+    Each target runs alone; a passed target's report is kept and reused (module docstring). ``recorded``: the
+    env's passed verdicts with their reports; one made from the same files, triton bits and targets is the
+    report, whatever input hash it was recorded at (a fresh host has no kept parts, the ledger has the report)."""
     start = time.monotonic()
     if python is None:
         python, wheel_sha = venv_for(work, pin)
@@ -248,6 +274,14 @@ def run(
     else:
         installed = {"triton_installed": str(python)[:200], "triton_record_sha256": preinstalled(python, pin)}
     digest = compiled_digest(plan)
+    earlier = next((r for r in recorded if only is None and r.covers(digest, pin, installed, targets)), None)
+    if earlier is not None:
+        report = json.loads(earlier.report)
+        outcome = outcome_of(report, 0, pin, targets, start)
+        context = context_of(report, pin, installed, targets)
+        context["parts_reused"] = ",".join(targets)
+        context["report_reused"] = f"verdict {earlier.verdict_id[7:19]} at {earlier.input_hash[:20]}"
+        return AotRun(outcome, report_bytes(report), context, digest, targets)
     parts, codes, reused = [], [], []
     with tempfile.TemporaryDirectory(prefix="flashkit-aot-") as tmp:
         pkg = stage_sources(plan, Path(tmp) / "src")
