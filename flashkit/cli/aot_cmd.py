@@ -9,6 +9,7 @@ flashkit aot ENV --show          the resource table of the verdict at the curren
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -63,13 +64,7 @@ def cmd_show(r: Path, plan: Plan) -> int:
         print(f"{plan.env_id}: {j.how}")
         return NotVerified.exit_code
     v = j.verdict
-    sha = v.evidence.get("report_sha256", "")
-    path = record.evidence_path(r, sha)
-    if not path.is_file():
-        raise RecordError(f"verdict {v.id[7:19]} names the report {sha}, which is not in {paths.rel(r, path.parent)}")
-    data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest() != sha:
-        raise RecordError(f"{paths.rel(r, path)} is not the report verdict {v.id[7:19]} names (its sha256 differs)")
+    data = _report_of(r, v)
     print(f"{plan.env_id}: triton-aot {v.verdict} on {v.date[:10]}, triton {v.context.get('triton')}")
     for reason in v.reasons:
         print(f"  {reason}")
@@ -77,16 +72,27 @@ def cmd_show(r: Path, plan: Plan) -> int:
     return 0 if v.passed else NotVerified.exit_code
 
 
+def _report_of(r: Path, v) -> bytes:
+    """The report verdict ``v`` names, beside the ledger; RecordError when it is missing or not those bytes."""
+    sha = v.evidence.get("report_sha256", "")
+    path = record.evidence_path(r, sha)
+    if not path.is_file():
+        raise RecordError(f"verdict {v.id[7:19]} names the report {sha}, which is not in {paths.rel(r, path.parent)}")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise RecordError(f"{paths.rel(r, path)} is not the report verdict {v.id[7:19]} names (its sha256 differs)")
+    return data
+
+
 def _recorded(r: Path, plan: Plan) -> tuple[triton_aot.Recorded, ...]:
-    """The env's passed triton-aot verdicts whose report is beside the ledger with the sha256 they name."""
+    """The env's passed triton-aot verdicts whose report is beside the ledger with the sha256 they name (one
+    whose report is missing or altered is only left out: the run then compiles)."""
     out = []
     for v in store.load(r, plan.env_id).verdicts():
         if v.tier is not Tier.TRITON_AOT or not v.passed:
             continue
-        path = record.evidence_path(r, v.evidence.get("report_sha256", ""))
-        data = path.read_bytes() if path.is_file() else b""
-        if data and hashlib.sha256(data).hexdigest() == v.evidence["report_sha256"]:
-            out.append(triton_aot.Recorded(v.id, v.input_hash, v.subject.digest, dict(v.context), data))
+        with contextlib.suppress(RecordError):
+            out.append(triton_aot.Recorded(v.id, v.input_hash, v.subject.digest, dict(v.context), _report_of(r, v)))
     return tuple(reversed(out))  # the latest first
 
 

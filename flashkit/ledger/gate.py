@@ -136,9 +136,9 @@ def judge(ledger: Ledger, artifact: Artifact, tier: Tier, accepts: tuple[str, ..
     found = [v for v in ledger.verdicts(artifact.input_hash) if v.tier is tier and v.subject == subject]
     inherited = _inherited(ledger, artifact, tier) if "wheel-from" in allowed else []
     by_code = _by_device_code(ledger, artifact, tier) if "device-code" in allowed else []
-    same = _same_wheel(ledger, artifact, tier)
     if tier in GPU_TIERS and "own" not in allowed:
-        found, same = [], []
+        found = []
+    same = _same_wheel(ledger, artifact, tier) if "own" in allowed else []
     verdict = _latest(found + [v for _a, v in inherited] + [v for _a, v in by_code] + [v for _a, v in same])
     if verdict is None:
         return Judgement(tier, None, f"no verdict judged {subject.short()}")
