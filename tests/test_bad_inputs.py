@@ -334,6 +334,12 @@ CASES: dict[str, Case] = {
     "build-result-negative-size": Case(
         build_result_with(runtime_size=-1), ("verify", ENV), 12, (".work/builds/", "field runtime_size")
     ),
+    "build-result-bad-layers": Case(
+        build_result_with(runtime_layers=["sha256:" + "1" * 64, "not a digest"]),
+        ("verify", ENV),
+        12,
+        (".work/builds/", "field runtime_layers"),
+    ),
     "build-result-fifo": Case(
         lambda r: replace_with(f".work/builds/{ENV}-{input_hash(r, ENV)}.json", "fifo")(r),
         ("verify", ENV),

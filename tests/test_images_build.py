@@ -10,6 +10,7 @@ import pytest
 from flashkit.core.errors import UsageError
 from flashkit.images import build, site_inputs
 from flashkit.plan.plan import load_plan
+from flashkit.plan.render import render_dockerfile
 
 
 def test_context_is_exactly_dockerfile_locks_and_kernel_sources(kit_repo, tmp_path):
@@ -146,3 +147,17 @@ def test_quiet_build_output_keeps_buildahs_step_lines():
     ]
     assert all(shown_when_quiet(x) for x in shown)
     assert not any(shown_when_quiet(x) for x in hidden)
+
+
+def test_build_arguments_carry_nothing_that_differs_between_builds(kit_repo):
+    """buildah copies command-line labels into each intermediate image, and a later build of another env
+    or input hash reuses those intermediates as its cache; their ids then reach the runtime's history
+    ("FROM <id>"). So the arguments that every stage shares name no env and no input hash: those labels
+    come from the Dockerfile's LABEL step, which the input hash covers."""
+    for env in ("cu130-torch211", "cu130-torch212"):
+        plan = load_plan(kit_repo, env)
+        args = build._build_args(plan, {}, build.BuildOptions())
+        assert "--label" not in args and not any(plan.input_hash in a or env in a for a in args), args
+        dockerfile = render_dockerfile(plan, host_mem_gib=8)
+        runtime = dockerfile[dockerfile.index("AS runtime") :]
+        assert f'io.flashkit.env="{env}"' in runtime and f'io.flashkit.input-hash="{plan.input_hash}"' in runtime

@@ -276,6 +276,29 @@ def _build(tmp_wheel, builder: dict, date: str):
     )  # fmt: skip
 
 
+def test_a_build_records_its_runtime_layers_and_they_survive_the_ledger(tmp_path):
+    """The runtime's diff ids go from the build result into the artifact, through a schema-valid line and
+    back as a tuple; an artifact recorded without them keeps its old line and id."""
+    import dataclasses
+
+    from flashkit.images.build import _check_result
+    from flashkit.ledger.record import record_build
+
+    wheel = tmp_path / "flash_kernels-0.1.0-cp310-abi3-linux_x86_64.whl"
+    wheel.write_bytes(b"w")
+    layers = (digest("base-layer"), digest("useradd"), digest("compileall"))
+    who = {"host": "h (0123456789ab)", "tool": "buildah 1.28.2", "storage": "overlay:/s", "cold": True}
+    res = dataclasses.replace(_build(wheel, who, "2026-12-01T10:00:00+00:00"), runtime_layers=layers)
+    assert _check_result(json.loads(json.dumps(res.to_json())), "r.json") == res
+    _l, art, _added = record_build(tmp_path, res)
+    assert art.runtime_layers == layers
+    loaded = store.load(tmp_path, "cu130-torch211").artifacts(H2)
+    assert [a.runtime_layers for a in loaded] == [layers] and loaded[0].id == art.id
+    old = artifact(h=H1)
+    assert old.runtime_layers is None and "runtime_layers" not in json.loads(old.line())
+    assert "runtime_layers" not in _build(wheel, {}, "2026-12-01T10:00:00+00:00").to_json()
+
+
 def test_an_independent_build_of_the_same_image_is_recorded_as_a_confirmation(tmp_path):
     """Reproducible images: another host or storage that gets the same ids adds its own artifact; the same
     builder again adds nothing; old lines without a builder stay valid."""

@@ -33,7 +33,6 @@ from flashkit.core import safeio
 from flashkit.core.atomic import utc_now, write_json_atomic
 from flashkit.core.digests import sha256_file
 from flashkit.core.errors import BuildError, SpecError
-from flashkit.core.names import label
 from flashkit.images import base, buildah, site_inputs
 from flashkit.images.buildah import Buildah
 from flashkit.images.container import image_inspect
@@ -79,16 +78,22 @@ class BuildResult:
     # {"env", "input_hash"}: the build of another env whose wheel (the very file) this image installs;
     # None: this env built its own. The ledger's artifact carries it, and inherits that wheel's verdicts.
     wheel_from: dict | None = None
+    # The runtime image's layers (rootfs diff ids, base first): when two builds of one input hash give two
+    # runtime ids, these say which step's layer differs, long after either image is gone.
+    runtime_layers: tuple[str, ...] | None = None
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
-        if data["wheel_from"] is None:
-            del data["wheel_from"]  # results of envs that build their own wheel stay as they were
+        for name in _OPTIONAL:
+            if data[name] is None:
+                del data[name]  # results written before the field existed stay as they were
+        if data.get("runtime_layers") is not None:
+            data["runtime_layers"] = list(data["runtime_layers"])
         return data
 
 
 _RESULT_TYPES = {f.name: f.type for f in dataclasses.fields(BuildResult)}
-_OPTIONAL = {"wheel_from"}  # result files written before it existed load unchanged
+_OPTIONAL = {"wheel_from", "runtime_layers"}  # result files written before they existed load unchanged
 
 
 def namespace() -> str:
@@ -157,6 +162,14 @@ def _check_result(data: object, shown: str) -> BuildResult:
     if not all(isinstance(data[k], dict) for k in ("context", "builder")) or not isinstance(data["built"], bool):
         raise BuildError(f"{shown}: fields context/built have the wrong type", hint="delete the file and rebuild")
     _check_wheel_from(data.get("wheel_from"), shown)
+    layers = data.get("runtime_layers")
+    if layers is not None:
+        if not isinstance(layers, list) or not all(isinstance(x, str) and IMAGE_ID_RE.fullmatch(x) for x in layers):
+            raise BuildError(
+                f"{shown}: field runtime_layers is not a list of layer digests (sha256:<64 hex>)",
+                hint="delete the file and rebuild",
+            )
+        data = {**data, "runtime_layers": tuple(layers)}
     return BuildResult(**data)
 
 
@@ -270,10 +283,11 @@ def _build_args(
         "--force-rm",
         "--network",
         "host",
-        "--label",
-        f"{label('env')}={plan.env_id}",
-        "--label",
-        f"{label('input-hash')}={plan.input_hash}",
+        # No --label here: buildah writes command-line labels into every intermediate image as well, and a
+        # later build with other labels reuses those as its cache. Each history entry names its parent
+        # intermediate by id ("FROM <id>"), so the runtime id then depended on which earlier build (which
+        # env, which input hash) had left the cache: one input hash gave two runtime ids with identical
+        # layers. The Dockerfile's own LABEL step sets io.flashkit.env and io.flashkit.input-hash instead.
     ]
     if opts.no_cache:
         args.append("--no-cache")
@@ -354,6 +368,7 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
     wheel_dir = root / WORK / "wheels" / env_id / h / ("check" if opts.check else "")
     wheel, digest = _export_checked_wheel(bh, builder_ref, wheel_dir, plan, src)
     runtime_attrs, builder_info = image_inspect(engine, runtime_ref), buildah.inspect(bh, builder_ref)
+    runtime_info = buildah.inspect(bh, ids["runtime"])
     result = BuildResult(
         env=env_id,
         input_hash=h,
@@ -373,6 +388,7 @@ def build_plan(root: Path, plan: Plan, engine: Engine, opts: BuildOptions) -> Bu
         seconds=round(seconds, 1),
         log_path=str(log_path),
         wheel_from={"env": src.env, "input_hash": src.input_hash} if src else None,
+        runtime_layers=runtime_info.layers if runtime_info else None,
         context={"client": bh.describe(), **opts.site.record(), **({"base": bases["builder"].tag} if bases else {})},
         date=utc_now(),
     )

@@ -113,6 +113,10 @@ class Artifact(Fact):
     # {"env", "input_hash"}: the build of another env whose wheel this image installs (the same file, same
     # sha256: a stable-ABI wheel serves every torch >= 2.10 of its CUDA major). None: built its own wheel.
     wheel_from: dict[str, str] | None = None
+    # The runtime image's rootfs diff ids, base first (None in builds recorded before this field): two
+    # builds of one input hash with two image ids are compared layer by layer, so the step that differs
+    # is named from the ledger alone.
+    runtime_layers: tuple[str, ...] | None = None
 
     def subject(self, kind: Subject) -> SubjectRef:
         if kind is Subject.SOURCE:
@@ -313,7 +317,7 @@ def from_body(body: dict[str, Any]) -> Fact:
             **values["attestation"],
             "predicate_types": tuple(values["attestation"]["predicate_types"]),
         }
-    for name in ("reasons", "tags", "verified_tiers", "verdict_ids"):
+    for name in ("reasons", "tags", "verified_tiers", "verdict_ids", "runtime_layers"):
         if name in values:
             values[name] = tuple(values[name])
     return cls(**values)

@@ -65,6 +65,7 @@ def artifact_of(res: BuildResult) -> Artifact:
         runtime_base_id=res.runtime_base_id,
         builder=dict(res.builder) or None,
         wheel_from=dict(res.wheel_from) if res.wheel_from else None,
+        runtime_layers=tuple(res.runtime_layers) if res.runtime_layers else None,
     )
 
 

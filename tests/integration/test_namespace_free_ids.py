@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from kitsupport import not_built
 
+from flashkit.images import buildah, repro
 from flashkit.ledger import store
 
 pytestmark = pytest.mark.docker
@@ -57,4 +58,14 @@ def test_ids_do_not_depend_on_the_image_namespace(built_env, env_id):
         assert not differ, (
             f"{env_id} at {res.input_hash}: built as {res.runtime_ref} here and as {other.image_ref} "
             f"on {(other.builder or {}).get('host', 'another host')}, the ids differ: {differ}"
+            + _layers_report(res, other)
         )
+
+
+def _layers_report(res, other) -> str:
+    """Which runtime layer differs and the step that made it, when both builds recorded their layers."""
+    if res.runtime_id == other.image_id or not (res.runtime_layers and other.runtime_layers):
+        return ""
+    mine = repro.image_facts(buildah.find_buildah(None), res.runtime_id)
+    theirs = repro.ImageFacts(other.image_id, other.runtime_layers, mine.steps)
+    return "\n" + repro.compare_images(theirs, mine).report()
