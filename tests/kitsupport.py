@@ -202,3 +202,20 @@ def not_built(why: str) -> None:
     if os.environ.get("FLASHKIT_REQUIRE_BUILT"):
         pytest.fail(f"{why} (FLASHKIT_REQUIRE_BUILT is set: this run should have made it)", pytrace=False)
     pytest.skip(why)
+
+
+def wheel_publication(art, base: str = "https://flash.example/", pythons=("3.10", "3.11", "3.12", "3.13", "3.14")):
+    """A wheel-publication fact for ``art``'s wheel at ``base`` (what `flashkit publish-wheels` appends), its
+    requirement files named per Python: for tests of what resolve, doctor and the page then say."""
+    from flashkit.ledger.model import WheelPublication
+
+    reqs = {py: f"requirements/{art.env}/py{py}.txt" for py in pythons}
+    tests = {py: f"requirements/{art.env}/py{py}-test.txt" for py in pythons}
+    files = {path: digest(path)[7:] for path in [*reqs.values(), *tests.values()]}
+    return WheelPublication(
+        env=art.env, input_hash=art.input_hash, date="2026-11-30T13:00:00+00:00", wheel=art.wheel,
+        wheel_sha256=art.wheel_sha256, index="static", index_url=base + "simple/", base_url=base,
+        publication=digest(base)[7:], files=files, requirements=reqs, tests=tests,
+        policy="full:build,abi,cpu,gpu|artifact-gpu", verified_tiers=("build", "abi", "cpu", "artifact-gpu"),
+        verdict_ids=(digest("verdict"),),
+    )  # fmt: skip

@@ -680,11 +680,26 @@ def test_recommendation_gives_the_install_command_for_the_inspected_python():
     diag = doctor.diagnose(facts(python="3.10.4", torch=torch_facts()), lock_cuda={"cu124-torch27": "12.6"}, **kw)
     rec = diag.recommendation
     assert rec.env == "cu124-torch27" and rec.lockfile == "lockfiles/cu124-torch27/py3.10.txt"
+    # The checkout records no publication: no command (the committed set would install torch, no kernel).
+    assert rec.install == () and rec.python_note is None
+    assert "nothing of cu124-torch27 is published for Python 3.10" in rec.publication_note
+    assert "python-not-covered" not in {f.code for f in diag.findings}
+    published = {
+        "cu124-torch27": dataclasses.replace(
+            found.requirements["cu124-torch27"],
+            published={"3.10": ("https://f.example/r/py3.10.txt", "https://f.example/r/py3.10-test.txt")},
+        )
+    }
+    rec = doctor.diagnose(
+        facts(python="3.10.4", torch=torch_facts()),
+        lock_cuda={"cu124-torch27": "12.6"},
+        **{**kw, "requirements": published},
+    ).recommendation
     assert rec.install == (
-        "pip install --require-hashes -r lockfiles/cu124-torch27/py3.10.txt",
-        "uv pip sync --require-hashes lockfiles/cu124-torch27/py3.10.txt",
+        "pip install --require-hashes -r https://f.example/r/py3.10.txt",
+        "uv pip install --require-hashes -r https://f.example/r/py3.10.txt",
     )
-    assert rec.python_note is None and "python-not-covered" not in {f.code for f in diag.findings}
+    assert rec.lockfile == "https://f.example/r/py3.10.txt" and rec.publication_note is None
     # torch 2.11 on Python 3.9: no torch 2.11 wheel exists for it; doctor says so and gives no command.
     diag = doctor.diagnose(facts(python="3.9.18", torch=torch_facts("2.11.0+cu130", "13.0")), **kw)
     rec = diag.recommendation
@@ -702,4 +717,5 @@ def test_without_torch_the_env_covering_this_python_is_preferred():
     rec = doctor.diagnose(
         facts(python="3.9.18"), specs=found.specs, lockfiles=found.lockfiles, requirements=found.requirements
     ).recommendation
-    assert "3.9" in found.requirements[rec.env].covered and rec.install
+    assert "3.9" in found.requirements[rec.env].covered
+    assert rec.python_note is None and rec.publication_note  # covered; nothing published in this checkout

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kitsupport import H1, artifact, digest, full_ledger, input_hash
+from kitsupport import H1, artifact, digest, full_ledger, input_hash, wheel_publication
 
 from flashkit.core.errors import EXIT_CODES, NoVerifiedFit
 from flashkit.ledger import store
@@ -21,10 +21,15 @@ NO_FIT = NoVerifiedFit.exit_code
 
 @pytest.fixture
 def verified(kit_repo):
-    """kit_repo with cu130-torch211 verified (build, abi, cpu, artifact-gpu passed) at its current input hash."""
+    """kit_repo with cu130-torch211 verified (build, abi, cpu, artifact-gpu passed) at its current input hash, and
+    its wheel published at https://flash.example/."""
     art = artifact(ENV, input_hash(kit_repo, ENV))
     full_ledger(kit_repo, art)
+    store.append(kit_repo, ENV, [wheel_publication(art)])
     return kit_repo, art
+
+
+URL = f"https://flash.example/requirements/{ENV}"
 
 
 def resolve(cli, repo, *args):
@@ -39,18 +44,30 @@ def test_a_verified_env_gives_the_exact_pip_line_for_that_python(cli, verified):
     repo, _ = verified
     r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12")
     assert r.code == 0, r.err
-    assert r.out.splitlines() == [
-        f"pip install --require-hashes -r lockfiles/{ENV}/py3.12.txt",
-        f"uv pip sync --require-hashes lockfiles/{ENV}/py3.12.txt",
-    ]
+    # One command on stdout, the published file that pins torch and the kernel wheel; the rest is explanation.
+    assert r.out.splitlines() == [f"pip install --require-hashes -r {URL}/py3.12.txt"]
     assert f"fits: {ENV}" in r.err
+    assert f"or, with uv: uv pip install --require-hashes -r {URL}/py3.12.txt" in r.err
+    assert (
+        f"into a new venv only (it uninstalls what the file does not list): uv pip sync --require-hashes {URL}/py3.12.txt"
+        in r.err
+    )
+    assert f"pip install --require-hashes -r {URL}/py3.12-test.txt" in r.err
+
+
+def test_verified_but_not_published_says_so_and_how_to_build_it(cli, kit_repo):
+    full_ledger(kit_repo, artifact(ENV, input_hash(kit_repo, ENV)))
+    r = resolve(cli, kit_repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12")
+    assert r.code == 35 and r.out == ""
+    assert f"verified, not published: {ENV}" in r.err
+    assert "nothing of it is published yet" in r.err and f"nox -s test-{ENV}" in r.err
 
 
 def test_a_local_version_names_the_cuda_and_a_patch_is_only_a_note(cli, verified):
     repo, _ = verified
     r = resolve(cli, repo, "--torch", "2.11.1+cu130", "--python", "3.13", "--cxx11-abi")
     assert r.code == 0, r.err
-    assert f"lockfiles/{ENV}/py3.13.txt" in r.out
+    assert f"{URL}/py3.13.txt" in r.out
     assert "note: torch patch 2.11.0 (here 2.11.1)" in r.err
 
 
@@ -65,7 +82,7 @@ def test_a_pre_release_or_a_builders_label_is_a_torch_version(cli, verified, tor
     repo, _ = verified
     r = resolve(cli, repo, "--torch", torch, "--cuda", "13.0", "--python", "3.12")
     assert r.code == 0, r.err
-    assert f"lockfiles/{ENV}/py3.12.txt" in r.out
+    assert f"{URL}/py3.12.txt" in r.out
     assert (note in r.err) if note else ("torch patch" not in r.err), r.err
 
 
@@ -75,7 +92,8 @@ def test_json_of_a_fit(cli, verified):
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     (fit,) = doc["fits"]
-    assert fit["env"] == ENV and fit["verified"] and fit["requirements"] == f"lockfiles/{ENV}/py3.11.txt"
+    assert fit["env"] == ENV and fit["verified"] and fit["requirements"] == f"{URL}/py3.11.txt"
+    assert fit["tests"] == f"{URL}/py3.11-test.txt" and fit["unpublished"] is False
     assert doc["reason"] is None and doc["query"]["torch"] == "2.11.0"
 
 
@@ -111,7 +129,9 @@ def test_verified_only_at_an_older_input_hash_does_not_count(cli, kit_repo):
 
 
 def test_a_weaker_policy_is_asked_for_by_name(cli, kit_repo):
-    full_ledger(kit_repo, artifact(ENV, input_hash(kit_repo, ENV)), tiers=("build", "abi", "cpu"))
+    art = artifact(ENV, input_hash(kit_repo, ENV))
+    full_ledger(kit_repo, art, tiers=("build", "abi", "cpu"))
+    store.append(kit_repo, ENV, [wheel_publication(art)])
     args = ("--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12")
     r = resolve(cli, kit_repo, *args)
     assert r.code == NO_FIT and "gpu: not verified" in r.err
@@ -148,10 +168,13 @@ def test_a_published_image_is_named_for_the_image_python(cli, verified):
     store.append(repo, ENV, [pub])
     r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.11")
     assert r.code == 0, r.err
-    assert f"image: registry.test/flash@{digest('manifest')}" in r.out
-    assert "image: registry.test/flash:torch2.11-cu13.0" in r.out
+    # Check the card's tag, then pull the digest it names (a tag can move after the check).
+    assert r.out.splitlines()[1:] == [
+        "flashkit verify-image registry.test/flash:torch2.11-cu13.0 --key flashkit.pub",
+        f"docker pull registry.test/flash@{digest('manifest')}",
+    ]
     # On another Python the image does not fit, the requirements still do.
-    assert "image:" not in resolve(cli, repo, "--torch", "2.11.0", "--python", "3.12").out
+    assert "verify-image" not in resolve(cli, repo, "--torch", "2.11.0", "--python", "3.12").out
 
 
 @pytest.mark.parametrize(

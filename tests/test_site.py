@@ -50,7 +50,8 @@ def test_every_choice_shows_what_resolve_prints(repo_site):
         want = resolve(argv)
         assert page_answer(data, flat, choice) == want, argv
         first_of.setdefault((want[0], choice[0]["label"]), argv)  # each exit code of each torch, once
-    assert {code for code, _ in first_of} >= {0, 33}  # both kinds of answer are on the page
+    # The checkout records no wheel publication: its verified fits say "not published" (35), the others 33.
+    assert {code for code, _ in first_of} >= {33, 35}
     for argv in first_of.values():
         assert resolve(argv) == resolve_in_process(REPO, argv), argv
 

@@ -283,6 +283,8 @@ def _render_recommendation(rec: Recommendation | None, say) -> None:
         say(f"  {'install: ' if i == 0 else '     or: '}{command}")
     if rec.python_note:
         say(f"  requirements: {rec.python_note}")
+    if rec.publication_note:
+        say(f"  install: {rec.publication_note}")
     if rec.publish_tags:
         say(f"  image tags: {', '.join(rec.publish_tags)}")
     if rec.add_spec:

@@ -24,12 +24,15 @@ from flashkit.cli import (
     resolve_cmd,
     site_cmd,
     trust_cmd,
+    wheels_cmd,
 )
 from flashkit.core import errors
 from flashkit.core.errors import FlashkitError, Terminated
 
 EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
-GROUPS = (plan_cmd, matrix_cmd, image_cmd, ledger_cmd, aot_cmd, trust_cmd, doctor_cmd, resolve_cmd, site_cmd)
+GROUPS = (
+    plan_cmd, matrix_cmd, image_cmd, ledger_cmd, wheels_cmd, aot_cmd, trust_cmd, doctor_cmd, resolve_cmd, site_cmd,
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

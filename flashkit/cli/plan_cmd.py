@@ -14,8 +14,8 @@ from pathlib import Path
 from flashkit.cli.common import mem, plans, root, say, specs
 from flashkit.core import paths, procs
 from flashkit.core.atomic import write_text_atomic
-from flashkit.core.errors import FlashkitError, LintError, LockError, ToolError, UsageError
-from flashkit.plan import bake, ci_matrix, ci_workflow, production, rules
+from flashkit.core.errors import FlashkitError, LintError, LockError, NotPublished, ToolError, UsageError
+from flashkit.plan import bake, ci_matrix, ci_workflow, kit_lock, production, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
 from flashkit.plan.specfile import broken_specs, load_all, load_each, load_env
@@ -96,6 +96,8 @@ def cmd_hash(args) -> int:
 
 def cmd_lock(args) -> int:
     r = root(args)
+    if args.kit:
+        return _lock_kit(r, args)
     if args.check:
         bad = []
         for plan in plans(r, args):
@@ -132,12 +134,22 @@ def cmd_requirements(args) -> int:
     r = root(args)
     spec = load_env(r, args.env)
     _require_consistent_production(r, spec)
-    cov = production.coverage(spec, production.read(r, spec))
     python = args.python or "{}.{}".format(*sys.version_info[:2])
     if not re.fullmatch(r"3\.\d+", python):
         raise UsageError(f"--python {python}: give a CPython version such as 3.12")
+    from flashkit.doctor import repo as repo_facts
+
+    cov = repo_facts.load(r).requirements.get(str(spec.id)) or production.coverage(spec, production.read(r, spec))
     pip, uv = production.install_commands(cov, python)
-    say(f"{cov.env}: Python {python}: {cov.file_for(python)} (covered: {', '.join(cov.covered)})")
+    if python not in cov.published:
+        raise NotPublished(
+            f"{cov.env}: Python {python} is covered by {cov.file_for(python)}, which pins torch and its dependencies "
+            "but not the kernel wheel, and nothing of the env is published (or it is not verified at its current "
+            "input hash): there is no command that installs it",
+            hint=f"publish it: `flashkit publish-wheels {cov.env} --url URL --out DIR`; or build it here: "
+            f"`nox -s test-{cov.env}`, then `flashkit wheelhouse {cov.env}`",
+        )
+    say(f"{cov.env}: Python {python}: {cov.published[python][0]} (covered: {', '.join(cov.covered)})")
     print(pip)
     print(uv)
     return 0
@@ -227,6 +239,24 @@ def cmd_ci_workflow(args) -> int:
     return 0
 
 
+def _lock_kit(r, args) -> int:
+    if args.env or args.all:
+        raise UsageError("--kit locks the kit's own dependencies; give no env with it")
+    path = r / kit_lock.FILE
+    if args.check:
+        text = path.read_text() if path.is_file() else ""
+        problems = kit_lock.check(r, text) if text else [f"{kit_lock.FILE} is missing; run `flashkit lock --kit`"]
+        if problems:
+            raise LockError("\n".join(problems))
+        say(f"{kit_lock.FILE}: consistent with pyproject.toml")
+        return 0
+    from flashkit.resolver import kit_lock as kit_resolver
+
+    say(f"resolving the kit's dependencies for every Python >= {kit_lock.MIN_PYTHON} (uv, needs PyPI)...")
+    say(f"wrote {paths.rel(r, kit_resolver.write(r))}")
+    return 0
+
+
 def _env_args(p, *, many: bool = False) -> None:
     if many:
         p.add_argument("env", nargs="?", help="env id (or --all)")
@@ -252,11 +282,17 @@ def register(sub) -> None:
     s.add_argument(
         "--check", action="store_true", help="only check the committed lockfiles against the specs (offline)"
     )
+    s.add_argument(
+        "--kit",
+        action="store_true",
+        help=f"the kit's own dependencies instead of an env's: {kit_lock.FILE} (what a publication's kit/ pins)",
+    )
     s.set_defaults(run=cmd_lock)
 
     s = sub.add_parser(
         "requirements",
-        help="print the exact install commands of an env's production requirements for one Python (exit 26: not covered)",
+        help="print the exact install commands of an env's published requirements for one Python "
+        "(exit 26: not covered; 35: not published)",
     )
     _env_args(s)
     s.add_argument("--python", metavar="X.Y", help="the Python to install on (default: the one running flashkit)")

@@ -12,7 +12,8 @@ from flashkit.ledger import gate
 def run(args) -> int:
     from flashkit.site import render  # jinja2 and the templates only for this command
 
-    files, broken = render.site(root(args), args.policy)
+    pub = Path(args.with_publication) if args.with_publication else None
+    files, broken = render.site(root(args), args.policy, pub)
     render.write_site(Path(args.out), files)
     size = sum(len(b) for b in files.values())
     say(f"flashkit site: {len(files)} files, {size / 1024:.0f} KiB, in {args.out} (open index.html)")
@@ -33,4 +34,9 @@ def register(sub) -> None:
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (replaced whole)")
     p.add_argument("--policy", default=gate.DEFAULT_POLICY, help="tiers that must have passed, as for resolve")
+    p.add_argument(
+        "--with-publication",
+        metavar="PUBDIR",
+        help="serve this `flashkit publish-wheels` folder beside the page (checked against the ledger first)",
+    )
     p.set_defaults(run=run)

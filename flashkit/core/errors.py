@@ -223,6 +223,12 @@ class DeviceCodeMismatch(FlashkitError):
     exit_code = 34
 
 
+class NotPublished(FlashkitError):
+    """Resolve: a verified build fits, but nothing of it is published yet; the message says how to build it."""
+
+    exit_code = 35
+
+
 def _table() -> tuple[tuple[str, str], ...]:
     classes = [c for c in globals().values() if isinstance(c, type) and issubclass(c, FlashkitError)]
     first = {

@@ -40,6 +40,10 @@ class EnvAnswer:
     install: tuple[str, ...]  # the exact pip and uv commands
     images: tuple[str, ...]  # published references at the current input hash
     evidence: tuple[str, ...] = ()  # the GPU run the verdict comes from, and how it reaches this build
+    # Verified and covered, but nothing of it is published: no index serves its wheel, no registry its image
+    # (the answer is then how to build it from a clone, exit 35, never a command that cannot run).
+    unpublished: bool = False
+    tests: str | None = None  # the URL of the kernel suite's test requirements, beside ``requirements``
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
@@ -69,14 +73,22 @@ def minor(version: str) -> str:
     return f"{m.group(1)}.{m.group(2)}" if m else version
 
 
+NOT_PUBLISHED = "nothing of it is published"
+
+
 def _ways(spec, cov, v: Verification, py: str) -> tuple[str | None, tuple[str, ...], tuple[str, ...], str | None]:
-    """The requirements file and commands for Python ``py``, the published images, or why there is neither."""
+    """The published requirements file (URL) and commands for Python ``py``, the published images, or why
+    there is neither. A covered Python whose requirements are not published has no way to install the
+    kernel yet: its reason starts with :data:`NOT_PUBLISHED`."""
     file, install = None, ()
-    if cov is not None and cov.covered and cov.reason(py) is None:
-        file, install = cov.file_for(py), cov.commands(py)
+    covered = cov is not None and cov.covered and cov.reason(py) is None
+    if covered and py in cov.published:
+        file, install = cov.published[py][0], cov.commands(py)
     images = v.published if spec.python == py else ()
     if install or images:
         return file, install, images, None
+    if covered:
+        return None, (), (), f"{NOT_PUBLISHED}: no index serves its wheel for Python {py} and no registry its image"
     parts = []
     if cov is None or not cov.covered:
         why = cov.reason(py) if cov is not None else "its requirements are unreadable"
@@ -96,9 +108,11 @@ def answer(spec, cand: Candidate, v: Verification, cov, py: str) -> EnvAnswer:
         gate_why = "; ".join(v.why_not[:2]) or v.status
         why.append(f"not verified at its current input hash {str(v.input_hash)[:20]}: {gate_why}")
     file, install, images, no_way = _ways(spec, cov, v, py)
+    unpublished = not why and bool(no_way) and no_way.startswith(NOT_PUBLISHED)
     if no_way and not any(w.startswith(_NOT_COVERED) for w in why):
         why.append(no_way)
     blocking = set(cand.blocking)
+    tests = cov.published[py][1] if file is not None and cov is not None else None
     return EnvAnswer(
         env=str(spec.id),
         torch=spec.torch,
@@ -114,6 +128,8 @@ def answer(spec, cand: Candidate, v: Verification, cov, py: str) -> EnvAnswer:
         install=install,
         images=images,
         evidence=v.evidence,
+        unpublished=unpublished,
+        tests=tests,
     )
 
 

@@ -154,6 +154,7 @@ class Recommendation:
     lockfile: str | None = None  # the env's requirements for the inspected Python (else its merged file)
     install: tuple[str, ...] = ()  # the exact pip and uv commands for the inspected Python
     python_note: str | None = None  # why the env's requirements do not cover the inspected Python
+    publication_note: str | None = None  # covered, but nothing of the env is published: no command to give
     publish_tags: tuple[str, ...] = ()
     add_spec: str | None = None
     candidates: tuple[Candidate, ...] = ()

@@ -194,15 +194,32 @@ def verification_line(env: str, verification: Mapping[str, Verification]) -> str
     return v.status if v is not None else f"not verified (no ledger verified/{env}.jsonl)"
 
 
-def install_for(cov: Coverage | None, facts: probe.Facts) -> tuple[str | None, tuple[str, ...], str | None]:
-    """For the inspected Python: the env's requirements file, the exact install commands, or why none."""
+@dataclasses.dataclass(frozen=True)
+class InstallWay:
+    """How the inspected Python gets the env: its requirements file, the exact commands, or why there are none."""
+
+    file: str | None = None
+    commands: tuple[str, ...] = ()
+    not_covered: str | None = None
+    not_published: str | None = None
+
+
+def install_for(cov: Coverage | None, facts: probe.Facts) -> InstallWay:
+    """For the inspected Python: the env's published requirements and the commands, or why there are none."""
     if cov is None or facts.interpreter is None:
-        return None, (), None
+        return InstallWay()
     py = "{}.{}".format(*facts.interpreter.python)
     why = cov.reason(py)
     if why is not None:
-        return cov.merged_path, (), f"Python {py} is not covered: {why}"
-    return cov.file_for(py), cov.commands(py), None
+        return InstallWay(cov.merged_path, not_covered=f"Python {py} is not covered: {why}")
+    if py not in cov.published:
+        # The committed set pins torch, not the kernel wheel: a command from it would install no kernel.
+        return InstallWay(
+            cov.file_for(py),
+            not_published=f"nothing of {cov.env} is published for Python {py} yet (no index serves its wheel); from "
+            f"a clone: `nox -s test-{cov.env}`, then `flashkit wheelhouse {cov.env}`",
+        )
+    return InstallWay(cov.published[py][0], cov.commands(py))
 
 
 def recommend(
@@ -242,7 +259,7 @@ def recommend(
     if not best.differences and not exact:
         why = "best match for this machine (no working torch here to compare against)"
     add = None if exact else _spec_to_add(facts, caps, best, specs)
-    req_file, install, python_note = install_for((requirements or {}).get(best.env), facts)
+    way = install_for((requirements or {}).get(best.env), facts)
     return Recommendation(
         env=best.env,
         exact=exact,
@@ -250,9 +267,10 @@ def recommend(
         differences=best.differences,
         mismatched=best.mismatched,
         verification=verification_line(best.env, verification),
-        lockfile=req_file or lockfiles.get(best.env),
-        install=install,
-        python_note=python_note,
+        lockfile=way.file or lockfiles.get(best.env),
+        install=way.commands,
+        python_note=way.not_covered,
+        publication_note=way.not_published,
         publish_tags=tuple(spec.publish_tags),
         add_spec=add,
         candidates=tuple(ranked[:5]),

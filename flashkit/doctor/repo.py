@@ -27,6 +27,8 @@ class RepoFacts:
     problem: RepoProblem | None
     requirements: dict[str, Any] = dataclasses.field(default_factory=dict)  # env -> production.Coverage
     broken: dict[str, str] = dataclasses.field(default_factory=dict)  # env -> why its spec does not validate
+    # env -> its current wheel publication (flashkit.ledger.model.WheelPublication), verified envs only
+    wheel_publications: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def lock_cuda_runtime(lock_text: str) -> str | None:
@@ -35,11 +37,40 @@ def lock_cuda_runtime(lock_text: str) -> str | None:
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
-def _verification(root: Path, plan, policy: str | None) -> Verification:
+def current_publications(found: dict[str, tuple[str | None, list[Any]]]) -> dict[str, Any]:
+    """Per env, the wheel publication that still describes what is served: of the facts at the env's current
+    input hash, the latest whose publication is the latest at its base URL (a publication replaces its folder
+    whole, so an env left out of a later one there is no longer served). ``found``: env -> (current input
+    hash, every wheel-publication fact of its ledger)."""
+    # Dates are to the second; within a ledger the later line is the later fact, so ties go to append order.
+    latest_at: dict[str, tuple[str, int, str]] = {}
+    for _h, facts in found.values():
+        for pos, f in enumerate(facts):
+            if f.base_url not in latest_at or (f.date, pos) >= latest_at[f.base_url][:2]:
+                latest_at[f.base_url] = (f.date, pos, f.publication)
+    out = {}
+    for env, (h, facts) in found.items():
+        live = [(f.date, pos, f) for pos, f in enumerate(facts) if f.input_hash == h]
+        live = [x for x in live if latest_at[x[2].base_url][2] == x[2].publication]
+        if live:
+            out[env] = max(live, key=lambda x: x[:2])[2]
+    return out
+
+
+def published_coverage(cov, pub) -> Any:
+    """``cov`` with the URLs of the publication's requirement files (the Pythons it covers and serves)."""
+    urls = {py: (pub.url(path), pub.url(pub.tests[py])) for py, path in pub.requirements.items() if py in pub.tests}
+    return dataclasses.replace(cov, published=urls, index_url=pub.index_url)
+
+
+def _verification(
+    root: Path, plan, policy: str | None, wheel_pubs: dict[str, tuple[str | None, list[Any]]]
+) -> Verification:
     try:
         from flashkit.ledger import gate, store
 
         ledger = store.load(root, plan.env_id)
+        wheel_pubs[plan.env_id] = (plan.input_hash, ledger.wheel_publications())
         accepts = plan.spec.gpu_evidence
         decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(policy), accepts)
         published = []
@@ -92,6 +123,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
     lockfiles: dict[str, str | None] = {}
     lock_cuda: dict[str, str | None] = {}
     requirements: dict[str, Any] = {}
+    wheel_pubs: dict[str, tuple[str | None, list[Any]]] = {}
     for s in specs:
         env = str(s.id)
         try:
@@ -100,7 +132,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
             verification[env] = Verification(f"not verified ({str(exc).splitlines()[0]})", False)
             lockfiles[env], lock_cuda[env] = None, None
             continue
-        verification[env] = _verification(root, plan, policy)
+        verification[env] = _verification(root, plan, policy, wheel_pubs)
         lock_cuda[env] = lock_cuda_runtime(plan.locks.runtime)
         try:
             cov = production.coverage(s, production.read(root, s))
@@ -110,5 +142,12 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
             requirements[env] = cov
         image_lock = paths.rel(root, paths.python_lock_file(root, env, s.python))
         lockfiles[env] = cov.merged_path if cov is not None and cov.merged_path else image_lock
+    live = {
+        env: pub
+        for env, pub in current_publications(wheel_pubs).items()
+        if env in requirements and verification[env].verified
+    }
+    for env, pub in live.items():
+        requirements[env] = published_coverage(requirements[env], pub)
     why = {env: str(exc) for env, exc in broken.items()}
-    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why)
+    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why, live)

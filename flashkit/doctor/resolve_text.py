@@ -13,10 +13,11 @@ from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from flashkit.core.errors import FlashkitError, NoVerifiedFit, SpecError, UsageError
+from flashkit.core.errors import FlashkitError, NotPublished, NoVerifiedFit, SpecError, UsageError
 from flashkit.doctor.fit import EnvAnswer, Resolution, resolve
 from flashkit.doctor.model import Query
 from flashkit.doctor.repo import RepoFacts
+from flashkit.plan.production import fresh_venv_line
 
 OUT, ERR = "out", "err"
 
@@ -83,20 +84,60 @@ def _answer(a: EnvAnswer, head: str) -> list[tuple[str, str]]:
     return out
 
 
+_CARD_TAG = re.compile(r":torch\d+\.\d+-(?:cu|rocm)\d+(?:\.\d+)?$")
+
+
+def image_lines(images: tuple[str, ...]) -> list[str]:
+    """Check the image before running it, then pull the digest that was checked: verify-image on the card's tag
+    (``org/flash:torch2.7-cu12.4``), docker pull by digest (a tag can be moved after the check)."""
+    pinned = [ref for ref in images if "@sha256:" in ref]
+    tags = [ref for ref in images if "@" not in ref]
+    card = next((ref for ref in tags if _CARD_TAG.search(ref)), tags[0] if tags else None)
+    lines = []
+    if card or pinned:
+        lines.append(f"flashkit verify-image {card or pinned[0]} --key flashkit.pub")
+    if pinned:
+        lines.append(f"docker pull {pinned[0]}")
+    return lines
+
+
 def _fit(res: Resolution) -> list[tuple[str, str]]:
     best = res.fits[0]
     out = _answer(best, "fits:")
     if best.install:
-        out.append((ERR, f"  requirements: {best.requirements} (the kernel wheel: `flashkit wheelhouse {best.env}`)"))
-        out += [(OUT, line) for line in best.install]
-    out += [(OUT, f"image: {ref}") for ref in best.images]
-    pinned = [ref for ref in best.images if "@sha256:" in ref]
-    if pinned:
-        out.append((OUT, f"flashkit verify-image {pinned[0]} --key flashkit.pub"))
-    elif best.python == res.query.python:
+        pip, *others = best.install
+        out.append(
+            (ERR, f"  requirements: {best.requirements} (torch, its dependencies and the kernel wheel, by hash)")
+        )
+        out += [(ERR, f"  or, with uv: {line}") for line in others]
+        out.append(
+            (
+                ERR,
+                f"  into a new venv only (it uninstalls what the file does not list): {fresh_venv_line(best.requirements)}",
+            )
+        )
+        if best.tests:
+            out.append((ERR, f"  the kernel suite's CPU tier: pip install --require-hashes -r {best.tests}"))
+            out.append((ERR, "    then: python -m flash_kernels.selftest --tier cpu"))
+        out.append((OUT, pip))
+    out += [(OUT, line) for line in image_lines(best.images)]
+    if not best.images and best.python == res.query.python:
         out.append((ERR, f"  image: none published at its input hash {str(best.input_hash)[:20]}"))
     out += [(ERR, f"also fits: {other.env}") for other in res.fits[1:]]
     return out
+
+
+def _unpublished(res: Resolution, a: EnvAnswer) -> tuple[list[tuple[str, str]], FlashkitError]:
+    """A verified fit that nobody can download yet: say so, and how to build it from a clone."""
+    lines = _answer(dataclasses.replace(a, why_not=()), "verified, not published:")
+    py = res.query.python
+    error = NotPublished(
+        f"{a.env} is verified for {describe(res.query)}, but nothing of it is published yet: "
+        "no index serves its wheel and no registry its image",
+        hint=f"build it from a clone of flashkit (15-25 GB of disk): `nox -s test-{a.env}`, then "
+        f"`flashkit wheelhouse {a.env}`, then `pip install --require-hashes -r .work/wheelhouse/{a.env}/py{py}.txt`",
+    )
+    return lines, error
 
 
 def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -> Printed:
@@ -106,6 +147,10 @@ def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -
     lines.append((ERR, f"flashkit resolve: {describe(q)} (policy {policy})"))
     if res.fits:
         return Printed((*lines, *_fit(res)), SpecError.exit_code if broken else 0)
+    waiting = [a for a in res.others if a.unpublished]
+    if waiting and not broken:
+        more, error = _unpublished(res, waiting[0])
+        return Printed((*lines, *more), error.exit_code, error)
     for a in res.others:
         lines += _answer(a, "does not fit:")
     if broken:

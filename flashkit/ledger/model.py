@@ -189,6 +189,38 @@ class Publication(Fact):
 
 
 @dataclass(frozen=True)
+class WheelPublication(Fact):
+    """An env's verified wheel put on a package index, with requirement files that install it by hash.
+
+    ``base_url`` is where the publication folder is served (its ``index.json``, the requirement files, and
+    for a ``static`` index the index itself); ``index_url`` is the PEP 503 index pip reads the wheel from
+    (the folder's own ``simple/``, or an index ``server`` with a login, never with credentials in it).
+    ``files`` maps every file this fact names under ``base_url`` to its sha256; ``requirements`` and
+    ``tests`` name, per Python, the production file (torch, its dependencies and the wheel) and the file of
+    what only the kernel suite's CPU tier needs. ``publication`` is the sha256 of the folder's
+    ``index.json``: a later publication to the same ``base_url`` replaces the folder, so only the facts of
+    the latest one there still describe what is served."""
+
+    kind: ClassVar[str] = "wheel-publication"
+    wheel: str
+    wheel_sha256: str
+    index: str  # "static" | "server"
+    index_url: str
+    base_url: str
+    publication: str
+    files: dict[str, str]
+    requirements: dict[str, str]
+    tests: dict[str, str]
+    policy: str
+    verified_tiers: tuple[str, ...]
+    verdict_ids: tuple[str, ...]
+    attestation: dict[str, Any] | None = None  # path, sha256, key_id, predicate_types of the signed statement
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+
+@dataclass(frozen=True)
 class DeviceCodeFact(Fact):
     """The device code of a build's wheel (:mod:`flashkit.evidence.devicecode`): every cubin and PTX payload
     per extension, and their digest. Content-addressed twice: the fact by its id, the code by ``digest``,
@@ -207,7 +239,9 @@ class DeviceCodeFact(Fact):
         return devicecode.DeviceCode.summary_of(self.extensions)
 
 
-KINDS: dict[str, type[Fact]] = {c.kind: c for c in (Artifact, VerdictFact, Applies, Publication, DeviceCodeFact)}
+KINDS: dict[str, type[Fact]] = {
+    c.kind: c for c in (Artifact, VerdictFact, Applies, Publication, DeviceCodeFact, WheelPublication)
+}
 RELATION_DEVICE_CODE = "device-code"
 # Not a field value: the gate's name for an applies (relation None) that carries this env's artifact-gpu
 # verdict on the very wheel from another input hash (flashkit.ledger.gate).
@@ -286,8 +320,25 @@ def semantic_problem(fact: Fact) -> str | None:
             return f"field extensions: not a device-code listing ({exc})"
         if recomputed != fact.digest:
             return f"field digest: {fact.digest} is not the digest of the listed payloads ({recomputed})"
+    if isinstance(fact, WheelPublication):
+        return wheel_publication_problem(fact)
     if isinstance(fact, Artifact) and fact.wheel_from is not None and fact.wheel_from.get("env") == fact.env:
         return f"field wheel_from.env: names this env itself ({fact.env}); a build's own wheel has no wheel_from"
+    return None
+
+
+def wheel_publication_problem(fact: WheelPublication) -> str | None:
+    """What a schema cannot say of a wheel publication: its files stay under its folder, and every
+    requirement file it names is one of its files."""
+    for path in fact.files:
+        if path.startswith("/") or ".." in path.split("/"):
+            return f"field files: {path!r} is not a path inside the publication folder"
+    for field_name, named in (("requirements", fact.requirements), ("tests", fact.tests)):
+        for python, path in named.items():
+            if path not in fact.files:
+                return f"field {field_name}.{python}: {path!r} is not one of the publication's files"
+    if fact.attestation is not None and fact.attestation.get("path") not in fact.files:
+        return "field attestation.path: not one of the publication's files"
     return None
 
 

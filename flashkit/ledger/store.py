@@ -44,6 +44,7 @@ from flashkit.ledger.model import (
     Fact,
     Publication,
     VerdictFact,
+    WheelPublication,
     canonical,
     content_id,
     from_body,
@@ -133,6 +134,9 @@ class Ledger:
 
     def publications(self, input_hash: str | None = None) -> list[Publication]:
         return [f for f in self.facts if isinstance(f, Publication) and input_hash in (None, f.input_hash)]
+
+    def wheel_publications(self, input_hash: str | None = None) -> list[WheelPublication]:
+        return [f for f in self.facts if isinstance(f, WheelPublication) and input_hash in (None, f.input_hash)]
 
     def by_id(self) -> dict[str, Fact]:
         return {f.id: f for f in self.facts}

@@ -8,9 +8,11 @@ Layout under ``lockfiles/``:
   the image's only where that Python needs another version (networkx 3.7 needs Python >= 3.12, numpy
   2.3 needs >= 3.11...).
 - ``<env>.txt``: every covered Python's set in one file, each pin marked with the Pythons it is for; a
-  pin without a marker is the same on every covered Python. This is what users install, on any covered
-  Python, with the same command: ``pip install --require-hashes -r lockfiles/<env>.txt`` or
-  ``uv pip sync lockfiles/<env>.txt`` (both skip the lines whose marker does not match).
+  pin without a marker is the same on every covered Python.
+
+None of these holds the kernel wheel (its sha256 is known only after the build these files are inputs of).
+What users install is a publication's file (``flashkit publish-wheels``), cut from the per-Python set by
+:func:`split` into torch's side, plus the verified wheel by hash, and the kernel suite's test pins apart.
 
 A Python the env's torch has wheels for but whose set cannot be resolved wheels-only is "not covered",
 with uv's reason, in the merged file's header; matrix, doctor and ``flashkit requirements`` read it from
@@ -70,6 +72,9 @@ class Coverage:
     covered: tuple[str, ...]
     not_covered: tuple[tuple[str, str], ...]
     merged_path: str | None  # repo-relative; None when there are no production requirements
+    # Python -> (production file URL, test file URL) of the env's current wheel publication (empty: none)
+    published: dict[str, tuple[str, str]] = field(default_factory=dict)
+    index_url: str | None = None  # where that publication's wheel is served
 
     def file_for(self, python: str) -> str:
         return f"{paths.LOCKFILES_DIR}/{self.env}/py{python}.txt"
@@ -86,9 +91,9 @@ class Coverage:
         return f"torch {self.torch} has no wheels for Python {python} (covered: {', '.join(self.covered)})"
 
     def commands(self, python: str) -> tuple[str, str]:
-        """The exact pip and uv commands for a covered ``python``, run from the repository root."""
-        f = self.file_for(python)
-        return f"pip install --require-hashes -r {f}", f"uv pip sync --require-hashes {f}"
+        """The exact pip and uv commands for a covered ``python``: the published file's URL, which installs the
+        verified kernel wheel too, or (nothing published) the committed set, which installs torch alone."""
+        return install_lines(self.published[python][0] if python in self.published else self.file_for(python))
 
     def summary(self) -> str:
         """``3.10-3.14``, ``3.11-3.14; not 3.15``, or ``image only`` (torch from the base image)."""
@@ -105,7 +110,20 @@ class Coverage:
             "not_covered": {py: why for py, why in self.not_covered},
             "file": self.merged_path,
             "per_python": {py: self.file_for(py) for py in self.covered},
+            "published": {py: {"requirements": p, "tests": t} for py, (p, t) in sorted(self.published.items())},
+            "index_url": self.index_url,
         }
+
+
+def install_lines(file: str) -> tuple[str, str]:
+    """pip's and uv's command for a requirements file or URL; neither removes a package the file omits
+    (``uv pip sync`` would: :func:`fresh_venv_line`)."""
+    return f"pip install --require-hashes -r {file}", f"uv pip install --require-hashes -r {file}"
+
+
+def fresh_venv_line(file: str) -> str:
+    """uv's exact sync: right for a new venv, wrong for a working one (it uninstalls what the file omits)."""
+    return f"uv pip sync --require-hashes {file}"
 
 
 def _span(pythons: tuple[str, ...]) -> str:
@@ -160,8 +178,8 @@ def merged_header(spec: EnvSpec, covered: list[str], not_covered: dict[str, str]
     env = str(spec.id)
     lines = [
         f"{MERGED_MARK} {env}: torch {spec.torch} for Python {', '.join(covered)} on {PLATFORM_TEXT}",
-        f"# install: pip install --require-hashes -r {paths.LOCKFILES_DIR}/{env}.txt"
-        f"   or   uv pip sync --require-hashes {paths.LOCKFILES_DIR}/{env}.txt",
+        "# the resolved sets a publication is cut from (torch side and the kernel suite's test pins); they hold no "
+        "kernel wheel: install from a publication (`flashkit resolve` names its URL)",
         f"# regenerate: flashkit lock {env} (merged from {paths.LOCKFILES_DIR}/{env}/py*.txt; "
         "a pin without a marker is the same on every Python listed)",
     ]
@@ -241,6 +259,77 @@ def pins_for(pins: list[MarkedPin], python: str) -> tuple[dict[str, lock.Pin], l
             problems.append(f"two pins of {p.name} apply to Python {python}")
         chosen[p.name] = lock.Pin(p.name, p.version, p.hashes)
     return chosen, problems
+
+
+# --------------------------------------------------------------------------------------------------
+# What a user installs, and what only the kernel suite's tests need
+
+# The one input of a runtime set that a user's install needs; the others (pytest, the Triton interpreter's
+# numpy bound: lock.inputs) are there for the tiers that run the kernel suite inside the image.
+PRODUCTION_ROOT = "torch"
+_VIA = re.compile(r"^\s+# via (?P<parents>.+)$")
+
+
+@dataclass(frozen=True)
+class Split:
+    """A runtime set cut in two by uv's ``# via`` annotations: torch's dependency closure, and the rest."""
+
+    production: tuple[lock.Pin, ...]
+    test: tuple[lock.Pin, ...]
+
+
+def parents(text: str) -> tuple[dict[str, set[str]], list[str]]:
+    """Each pin's parents as uv's line annotations name them (``# via torch, -c constraints.txt``: a ``-r``
+    or ``-c`` entry is an input file, not a package), and problems: a pin with no annotation cannot be
+    placed."""
+    found: dict[str, set[str]] = {}
+    current: str | None = None
+    for raw in text.splitlines():
+        pin = lock.PIN_RE.match(raw)
+        if pin:
+            current = canonicalize_name(pin["name"])
+            continue
+        via = _VIA.match(raw)
+        if via and current is not None:
+            names = (p.strip() for p in via["parents"].split(","))
+            found[current] = {canonicalize_name(n) for n in names if n and not n.startswith("-")}
+            current = None
+    pins, problems = lock.parse(text)
+    problems += [f"{p.name}: no `# via` annotation, so it cannot be told apart" for p in pins if p.name not in found]
+    return found, problems
+
+
+def split(text: str, also: tuple[str, ...] = ()) -> Split:
+    """The pins of a per-Python runtime set that install torch and ``also`` (the kernel wheel's own
+    requirements), with everything they need, transitively; and those only the tests need (pytest and
+    what it pulls in, numpy). LockError when the file cannot be split: a pin without an annotation, or a
+    root it does not pin."""
+    pins, problems = lock.parse(text)
+    graph, more = parents(text)
+    if problems or more:
+        raise LockError("a runtime set cannot be split into production and test pins: " + "; ".join(problems + more))
+    names = {p.name for p in pins}
+    roots = {PRODUCTION_ROOT, *(canonicalize_name(n) for n in also)}
+    missing = sorted(roots - names)
+    if missing:
+        raise LockError(f"the runtime set does not pin {', '.join(missing)}, which the production set needs")
+    keep = set(roots)
+    grew = True
+    while grew:  # a fixpoint: a pin is production when any package that needs it is
+        grew = False
+        for name in names - keep:
+            if graph.get(name, set()) & keep:
+                keep.add(name)
+                grew = True
+    return Split(tuple(p for p in pins if p.name in keep), tuple(p for p in pins if p.name not in keep))
+
+
+def pins_text(pins: tuple[lock.Pin, ...] | list[lock.Pin]) -> str:
+    """Pins as a requirements body, one per entry with its hashes, sorted by name (deterministic)."""
+    body = []
+    for pin in sorted(pins, key=lambda p: p.name):
+        body.append(" \\\n".join([f"{pin.name}=={pin.version}", *(f"    --hash={h}" for h in pin.hashes)]) + "\n")
+    return "".join(body)
 
 
 # --------------------------------------------------------------------------------------------------

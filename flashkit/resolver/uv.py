@@ -29,7 +29,7 @@ class Resolved:
     production: production.Production  # every covered Python's set (the image's included) and the merge
 
 
-def _uv() -> str:
+def uv_binary() -> str:
     found = shutil.which("uv")
     if found:
         return found
@@ -116,7 +116,7 @@ def _image(uv: str, spec: EnvSpec) -> LockTexts:
 def compile_requirements(spec: EnvSpec, reqs: tuple[str, ...]) -> str:
     """``reqs`` resolved and hash-pinned for the image's Python and platform (uv; needs PyPI)."""
     try:
-        return _compile(_uv(), spec, reqs)
+        return _compile(uv_binary(), spec, reqs)
     except NoSolution as why:
         raise LockError(f"{spec.id}: no wheels satisfy {' '.join(reqs)}: {why}") from None
 
@@ -124,7 +124,7 @@ def compile_requirements(spec: EnvSpec, reqs: tuple[str, ...]) -> str:
 def resolve(spec: EnvSpec) -> Resolved:
     """Resolve the image's sets and every other Python's production set with uv (needs PyPI). Pure
     output: nothing is written."""
-    uv = _uv()
+    uv = uv_binary()
     image = _image(uv, spec)
     problems = check(spec, image.runtime, image.build)
     if problems:

@@ -23,7 +23,7 @@ from flashkit.core.errors import FlashkitError, NoVerifiedFit, SpecError, UsageE
 from flashkit.core.names import TIER_ORDER
 from flashkit.doctor import repo as repo_facts
 from flashkit.ledger import gate, store
-from flashkit.site import evidence, plots, selector
+from flashkit.site import evidence, plots, publication, selector
 
 MARKER = ".flashkit-site"  # in every folder this command writes: the one kind of folder it replaces
 SELECT_NAMES = (("torch", "torch"), ("accel", "CUDA or ROCm"), ("python", "Python"), ("abi", "C++ ABI"))
@@ -74,9 +74,12 @@ def pages(root: Path, policy_text: str | None = None) -> dict[str, bytes]:
     return site(root, policy_text)[0]
 
 
-def site(root: Path, policy_text: str | None = None) -> tuple[dict[str, bytes], dict[str, str]]:
+def site(
+    root: Path, policy_text: str | None = None, with_publication: Path | None = None
+) -> tuple[dict[str, bytes], dict[str, str]]:
     """Every file of the site, and the specs that do not validate (env -> why): the page is made from the
-    others, and says so in each answer, as resolve does."""
+    others, and says so in each answer, as resolve does. ``with_publication``: a publication folder to serve
+    beside the page, checked against the ledger (:mod:`flashkit.site.publication`)."""
     policy = gate.parse_policy(policy_text)
     facts = repo_facts.load(root, policy_text)
     if facts.problem is not None or facts.specs is None:
@@ -115,6 +118,12 @@ def site(root: Path, policy_text: str | None = None) -> tuple[dict[str, bytes], 
         "evidence.html": env.get_template("evidence.html.j2").render(**common).encode(),
         MARKER: b"written by `flashkit site`; the command replaces this folder whole\n",
     }
+    if with_publication is not None:
+        served = publication.files_of(with_publication, facts.wheel_publications)
+        clash = sorted(set(served) & set(out))
+        if clash:
+            raise UsageError(f"--with-publication {with_publication}: {', '.join(clash)} would replace the page's own")
+        out |= served
     static = resources.files("flashkit.site") / "static"
     for name in ("site.css", "select.js", "favicon.svg"):
         out[f"assets/{name}"] = (static / name).read_bytes()

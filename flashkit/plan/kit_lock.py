@@ -1,0 +1,69 @@
+"""``lockfiles/kit.txt``: the kit's own dependencies, hash-pinned for every Python >= 3.11 and every platform.
+
+A publication serves the flashkit wheel beside the kernel wheels (so ``flashkit doctor`` runs without a
+clone), and pip's hash-checking mode installs nothing unpinned: this file pins what ``pyproject.toml``'s
+``[project] dependencies`` pull in. uv resolves it universally (markers instead of one platform). Pure: the
+header, the resolver's arguments and the offline check; :mod:`flashkit.resolver.kit_lock` runs uv.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from flashkit.plan import production
+
+FILE = "lockfiles/kit.txt"
+MIN_PYTHON = "3.11"  # pyproject.toml's requires-python
+EXCLUDE_NEWER = "2026-11-30T00:00:00Z"  # the envs' lock date: a re-lock gives the same pins
+
+
+def resolver_args() -> list[str]:
+    return [
+        "--universal",
+        "--python-version",
+        MIN_PYTHON,
+        "--generate-hashes",
+        "--exclude-newer",
+        EXCLUDE_NEWER,
+        "--no-header",
+        "--annotation-style",
+        "line",
+        "--no-config",
+        "--no-python-downloads",
+        "--quiet",
+    ]
+
+
+def header() -> str:
+    return (
+        f"# flashkit lock kit: the kit's own dependencies (pyproject.toml), every Python >= {MIN_PYTHON} and "
+        "platform, by hash\n"
+        "# regenerate: flashkit lock --kit\n"
+        f"# resolver: uv pip compile pyproject.toml {' '.join(resolver_args())}\n"
+    )
+
+
+def dependencies(root: Path) -> list[Requirement]:
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    return [Requirement(r) for r in data["project"]["dependencies"]]
+
+
+def check(root: Path, text: str) -> list[str]:
+    """Why ``text`` is not a current kit lock (empty: it is): its header, a dependency it does not pin or
+    pins outside the range pyproject.toml asks, a pin without hashes."""
+    problems = [] if text.startswith(header()) else [f"{FILE}: not written by this flashkit's `flashkit lock --kit`"]
+    pins, _not_covered, bad = production.parse_merged(text)  # pins with markers, as the merged env files
+    problems += [f"{FILE}: {b}" for b in bad]
+    by_name = {p.name: p for p in pins}
+    for req in dependencies(root):
+        pin = by_name.get(canonicalize_name(req.name))
+        if pin is None:
+            problems.append(f"{FILE}: pyproject.toml needs {req}, which it does not pin; run `flashkit lock --kit`")
+        elif not req.specifier.contains(pin.version, prereleases=True):
+            problems.append(f"{FILE}: pins {pin.name}=={pin.version}, pyproject.toml asks {req}")
+    problems += [f"{FILE}: {p.name}=={p.version} has no --hash" for p in pins if not p.hashes]
+    return problems
