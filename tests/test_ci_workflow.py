@@ -80,14 +80,29 @@ def test_the_pages_job_deploys_the_page_of_the_merged_ledger_from_main_only(cli,
     assert pages["environment"]["name"] == "github-pages"
     steps = pages["steps"]
     names = [s.get("uses", "").partition("@")[0] for s in steps]
-    order = ["actions/download-artifact", "actions/configure-pages", "actions/upload-pages-artifact",
-             "actions/deploy-pages"]  # fmt: skip
+    order = ["actions/download-artifact", "actions/download-artifact", "actions/configure-pages",
+             "actions/upload-artifact", "actions/upload-pages-artifact", "actions/deploy-pages"]  # fmt: skip
     assert [n for n in names if n in order] == order
-    download = steps[names.index("actions/download-artifact")]["with"]
-    assert download == {"name": "verified-ledger", "path": "verified"}  # the merge job's output, over the checkout's
-    site = [i for i, s in enumerate(steps) if s.get("run") == "flashkit site --out _site"]
-    assert site and names.index("actions/download-artifact") < site[0] < names.index("actions/upload-pages-artifact")
+    ledger, wheels = (s["with"] for s in steps if s.get("uses", "").startswith("actions/download-artifact"))
+    assert ledger == {"name": "verified-ledger", "path": "verified"}  # the merge job's output, over the checkout's
+    assert wheels == {"pattern": "wheel-*", "path": ".work/wheels", "merge-multiple": True}  # the build jobs' wheels
+    (make,) = [i for i, s in enumerate(steps) if "flashkit site" in s.get("run", "")]
+    run = steps[make]["run"]
+    # With the signing key, the wheels are published at the Pages URL and served beside the page; without it the
+    # page is made alone (and says that nothing is published).
+    assert 'flashkit publish-wheels --all --url "$PAGES_URL/" --out _publication' in run
+    assert "flashkit site --out _site --with-publication _publication" in run and "flashkit site --out _site\n" in run
+    assert steps[make]["env"]["PAGES_URL"] == "${{ steps.pages.outputs.base_url }}"
+    assert names.index("actions/configure-pages") < make < names.index("actions/upload-pages-artifact")
     assert steps[names.index("actions/upload-pages-artifact")]["with"] == {"path": "_site"}
+    kept = steps[names.index("actions/upload-artifact")]["with"]
+    assert kept == {"name": "verified-ledger-published", "path": "verified/*.jsonl"}  # the publication's facts
+
+
+def test_each_build_job_keeps_its_exported_wheel_for_the_pages_job(cli, kit_repo, tmp_path):
+    build = yaml.safe_load(emit(cli, kit_repo, tmp_path / "w.yml"))["jobs"]["build"]
+    kept = [s["with"] for s in build["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert {"name": "wheel-${{ matrix.env }}", "path": ".work/wheels/", "if-no-files-found": "ignore"} in kept
 
 
 def test_without_a_gpu_runner_there_is_no_gpu_job_and_it_says_so(cli, kit_repo, tmp_path):

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from indexsupport import DEVPI_PASSWORD, DEVPI_USER, free_port, have_devpi, start_devpi
 from kitsupport import artifact, cached_build, fresh_venv, input_hash, make_wheel, pip, verdict
 
 from flashkit.ledger import store
@@ -46,14 +47,6 @@ def serve(folder: Path, port: int):
     finally:
         server.shutdown()
         server.server_close()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -235,53 +228,15 @@ def test_the_site_serves_the_publication_only_when_it_is_the_one_the_ledger_reco
 
 
 # -- an index server with a login: devpi, uploaded to with twine ---------------------------------------------
-DEVPI_USER, DEVPI_PASSWORD = "publisher", "s3cret-Index-Login"
-
-
 @pytest.fixture(scope="module")
 def devpi(tmp_path_factory):
-    """A real devpi-server on loopback, with a user and a non-volatile index (it never replaces a file); its
-    upload URL and PEP 503 index. Skips where devpi is not installed (the test extra installs it)."""
-    import os
-    import shutil
-    import subprocess
-    import time
-    import urllib.request
-
-    if not (shutil.which("devpi-server") and shutil.which("devpi-init") and shutil.which("devpi")):
+    """A real devpi-server on loopback (tests/indexsupport.py); skips where devpi is not installed (the test
+    extra installs it)."""
+    if not have_devpi():
         pytest.skip("devpi-server and devpi-client are not installed (pip install -e '.[test]')")
-    base = tmp_path_factory.mktemp("devpi")
-    subprocess.run(["devpi-init", "--serverdir", str(base / "srv"), "--root-passwd", "root-pw"], check=True,
-                   capture_output=True)  # fmt: skip
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(base / "server.log", "w")  # noqa: SIM115 (open for the server's lifetime)
-    server = subprocess.Popen(
-        ["devpi-server", "--serverdir", str(base / "srv"), "--host", "127.0.0.1", "--port", str(port), "--offline-mode"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"{url}/+api", timeout=2).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"devpi-server did not answer within 120 s: {(base / 'server.log').read_text()[-2000:]}")
-        env = {**os.environ, "DEVPI_CLIENTDIR": str(base / "client")}
-        for argv in (
-            ["devpi", "use", url],
-            ["devpi", "user", "-c", DEVPI_USER, f"password={DEVPI_PASSWORD}"],
-            ["devpi", "login", DEVPI_USER, "--password", DEVPI_PASSWORD],
-            ["devpi", "index", "-c", f"{DEVPI_USER}/flash", "bases=", "volatile=False"],
-        ):
-            subprocess.run(argv, check=True, capture_output=True, env=env)
-        yield {"upload": f"{url}/{DEVPI_USER}/flash/", "index": f"{url}/{DEVPI_USER}/flash/+simple/"}
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+    server = start_devpi(tmp_path_factory.mktemp("devpi"))
+    yield {"upload": server.upload, "index": server.index}
+    server.stop()
 
 
 def _server_publish(s, out: Path, url: str, devpi: dict):
@@ -341,3 +296,54 @@ def test_the_index_server_never_gets_a_second_file_of_one_name(setup, devpi, tmp
     assert r.code == 18, r.err
     assert "already holds" in r.err and not (tmp_path / "pub3").exists()
     assert (s["repo"] / "verified" / f"{ENV}.jsonl").read_text() == before
+
+
+def test_doctor_and_resolve_read_the_publication_as_they_read_the_checkout(setup, tmp_path, monkeypatch):
+    """``--site``: the matrix in index.json gives the same facts as the checkout it was made from, plus the
+    published URLs; resolve answers from it in a folder with no clone."""
+    from flashkit.doctor import published, repo
+
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    out = tmp_path / "pub"
+    assert publish(s, out, "https://flash.example/").code == 0
+    here = repo.load(s["repo"])
+    there = published.fetch(str(out))
+    assert there.problem is None and there.broken == here.broken
+    assert [str(x.id) for x in there.specs] == [str(x.id) for x in here.specs]
+    assert there.verification == here.verification and there.lock_cuda == here.lock_cuda
+    for env, cov in here.requirements.items():
+        assert there.requirements[env].covered == cov.covered
+        assert there.requirements[env].published == cov.published, env
+    assert there.requirements[ENV].published["3.11"][0] == f"https://flash.example/requirements/{ENV}/py3.11.txt"
+
+    monkeypatch.chdir(tmp_path)  # no checkout here
+    r = s["cli"]("resolve", "--site", str(out), "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.11")
+    assert r.code == 0, r.err
+    assert r.out == f"pip install --require-hashes -r https://flash.example/requirements/{ENV}/py3.11.txt\n"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "index.json").write_text('{"schema_version": 1, "matrix": ' + "[" * 5000 + "]" * 5000 + "}")
+    r = s["cli"]("resolve", "--site", str(bad), "--torch", "2.11.0", "--python", "3.11")
+    assert r.code == 3 and "index.json" in r.err and "Traceback" not in r.err
+
+
+def test_a_wheel_handed_over_without_its_build_result_is_found_where_builds_export(setup, tmp_path):
+    """CI's pages job gets each build job's .work/wheels/<env>/<input hash>/ and no build result: the wheel is
+    taken from there, and the gate judges its bytes as ever."""
+    import shutil
+
+    from flashkit.images.build import result_path
+
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    result_path(s["repo"], ENV, s["hash"]).unlink()
+    assert publish(s, tmp_path / "pub", "https://example.org/").code == 17  # no wheel anywhere: refused
+    exported = s["repo"] / ".work" / "wheels" / ENV / s["hash"]
+    exported.mkdir(parents=True)
+    shutil.copy2(s["wheel"], exported / s["wheel"].name)
+    r = publish(s, tmp_path / "pub", "https://example.org/")
+    assert r.code == 0, r.err
+    (exported / s["wheel"].name).write_bytes(b"not the verified wheel")
+    r = publish(s, tmp_path / "pub2", "https://example.org/")
+    assert r.code == 17 and "produced a wheel with sha256" in r.err

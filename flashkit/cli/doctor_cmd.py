@@ -56,6 +56,11 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="flashkit checkout with envs/ (default: found from cwd)",
     )
     p.add_argument(
+        "--site",
+        metavar="URL",
+        help="recommend from a flashkit publication (the base URL of its index.json) instead of a checkout",
+    )
+    p.add_argument(
         "--python",
         default=None,
         metavar="PATH",
@@ -171,7 +176,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         facts = probe.probe(args.python, import_torch=not args.no_import, torch_timeout=args.timeout)
     repo = getattr(args, "repo", None)
-    found = repo_facts.load(Path(repo) if repo else None)
+    if args.site:
+        from flashkit.doctor import published
+
+        found = published.fetch(args.site)
+    else:
+        found = repo_facts.load(Path(repo) if repo else None)
     if found.broken and found.problem is None:  # a recommendation among the others could miss the one that fits
         found = repo_facts.RepoFacts(None, {}, {}, {}, RepoProblem("\n".join(found.broken.values()), _FIX_SPECS))
     diagnosis = diagnose(

@@ -11,7 +11,7 @@ import json
 import sys
 
 from flashkit.cli.common import root, say
-from flashkit.core.errors import NoVerifiedFit, SpecError
+from flashkit.core.errors import NoVerifiedFit, SpecError, UsageError
 from flashkit.doctor import repo as repo_facts
 from flashkit.doctor import resolve_text
 from flashkit.doctor.model import Query
@@ -27,7 +27,14 @@ def query_of(args) -> Query:
 def run(args) -> int:
     q = query_of(args)
     policy = gate.parse_policy(args.policy)  # a bad --policy is exit 2 here, not an "unreadable ledger" later
-    facts = repo_facts.load(root(args), args.policy)
+    if args.site:
+        from flashkit.doctor import published
+
+        if args.policy != gate.DEFAULT_POLICY:
+            raise UsageError("--site answers under the policy the publication was made with; give no --policy")
+        facts = published.fetch(args.site)
+    else:
+        facts = repo_facts.load(root(args), args.policy)
     if facts.problem is not None or facts.specs is None:
         problem = facts.problem
         raise SpecError(problem.what if problem else "no env specs", hint=problem.fix if problem else None)
@@ -66,4 +73,7 @@ def register(sub) -> None:
     )
     p.add_argument("--policy", default=gate.DEFAULT_POLICY, help="tiers that must have passed, as for publish")
     p.add_argument("--json", action="store_true", help="print one JSON object (exit 33 still says: none fits)")
+    p.add_argument(
+        "--site", metavar="URL", help="answer from a flashkit publication (its base URL) instead of a checkout"
+    )
     p.set_defaults(run=run)

@@ -14,7 +14,7 @@ from flashkit.core.digests import sha256_file
 from flashkit.core.errors import FlashkitError, LockError, PublishRefused, UsageError
 from flashkit.doctor import published
 from flashkit.doctor import repo as repo_facts
-from flashkit.images.build import load_result
+from flashkit.images.build import WORK, load_result
 from flashkit.ledger import gate, store
 from flashkit.plan import production
 from flashkit.plan.lock import check_python
@@ -44,19 +44,29 @@ def wheel_requires(wheel: Path) -> tuple[str, ...]:
     return tuple(HeaderParser().parsestr(text).get_all("Requires-Dist") or ())
 
 
+def exported_wheel(r: Path, env: str, input_hash: str) -> Path | None:
+    """The wheel a build of ``env`` at ``input_hash`` exported: its build result's, else the one wheel in the
+    folder builds export to (``.work/wheels/<env>/<input hash>/``, what CI's build jobs hand the pages job).
+    Which bytes these are is the gate's question, not this one's."""
+    res = load_result(r, env, input_hash)
+    if res is not None and res.wheel_path and Path(res.wheel_path).is_file():
+        return Path(res.wheel_path)
+    found = sorted((r / WORK / "wheels" / env / input_hash).glob("*.whl"))
+    return found[0] if len(found) == 1 and found[0].is_file() else None
+
+
 def verified(r: Path, plan, policy: gate.Policy) -> wheel_publication.Verified:
     """The env's wheel of its current input hash, when a build in the ledger made exactly these bytes and the
     gate passes for that build under ``policy`` with the env's own ``gpu_evidence``; PublishRefused else."""
-    res = load_result(r, plan.env_id, plan.input_hash)
     ledger = store.load(r, plan.env_id)
-    if res is None or not res.wheel_path or not Path(res.wheel_path).is_file():
+    wheel = exported_wheel(r, plan.env_id, plan.input_hash)
+    if wheel is None:
         decision = gate.latest_decision(ledger, plan.input_hash, policy, plan.spec.gpu_evidence)
         why = "" if decision else f" ({'; '.join(decision.reasons)[:300]})"
         raise PublishRefused(
             f"{plan.env_id}: no wheel of its current input hash {plan.input_hash} in this checkout{why}",
             hint=f"run `nox -s test-{plan.env_id}` (or `flashkit build {plan.env_id}`) first",
         )
-    wheel = Path(res.wheel_path)
     sha = sha256_file(wheel)
     holders = [a for a in ledger.artifacts(plan.input_hash) if a.wheel_sha256 == sha]
     decisions = [gate.gate(ledger, plan.input_hash, a.image_id, policy, plan.spec.gpu_evidence) for a in holders]

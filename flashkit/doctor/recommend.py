@@ -241,6 +241,11 @@ def recommend(
         v = verification.get(str(s.id))
         if v is not None and v.verified:
             c = dataclasses.replace(c, score=c.score + 5, matches=(*c.matches, "verified"))
+        cov = (requirements or {}).get(str(s.id))
+        py = "{}.{}".format(*facts.interpreter.python) if facts.interpreter is not None else None
+        if cov is not None and py in cov.published:
+            # One command installs it here: worth more than an image of this very Python that nobody can get.
+            c = dataclasses.replace(c, score=c.score + 15, matches=(*c.matches, f"published for python {py}"))
         scored.append(c)
     # ties go to the newest torch, then the newest accelerator version
     ranked = sorted(

@@ -19,8 +19,12 @@ Jobs, in order:
 - ``merge`` (last, even when some env failed): downloads every job's lines and runs ``flashkit ledger
   merge`` (checked, deduplicated by fact id, in order, appended: never a file overwrite), then uploads the
   merged ``verified/*.jsonl`` to commit;
-- ``pages`` (after the merge, on a push to main only): the install page (``flashkit site``) made from the
-  merged ledger, deployed to GitHub Pages. A pull request never deploys: its verdicts are not main's.
+- ``pages`` (after the merge, on a push to main only): with the secret ``FLASHKIT_SIGNING_KEY``, every wheel the
+  merged ledger verifies (the build jobs keep their exported wheels) is published beside the page at the Pages
+  URL (``flashkit publish-wheels --all``: a static PEP 503 index and the requirement files that install it);
+  then the install page (``flashkit site``) from the merged ledger, deployed to GitHub Pages, and the ledger
+  with the publication's facts kept as ``verified-ledger-published``. A pull request never deploys: its
+  verdicts are not main's.
 
 Third-party code: only actions/checkout, upload-artifact and download-artifact, and GitHub's three Pages
 actions (configure-pages, upload-pages-artifact, deploy-pages), pinned by full commit SHA.
@@ -48,7 +52,8 @@ HEADER = """\
 # plan -> build (one job per env: nox -s test-<env>) -> {gpu_line}
 # -> publish (per env, only with the secret FLASHKIT_REGISTRY; the gate refuses what the
 #    policy does not allow) -> merge (every job's ledger lines into verified/*.jsonl, by `flashkit ledger merge`)
-# -> pages (on a push to main: the install page, `flashkit site`, from the merged ledger, to GitHub Pages).
+# -> pages (on a push to main: the verified wheels published beside the install page, `flashkit site`, from the
+#    merged ledger, to GitHub Pages).
 name: flashkit matrix
 
 on:
@@ -129,7 +134,16 @@ MATRIX_JOB = """\
     steps:
 {install}{count}      - name: {what}
         run: nox -s "test-$ENV_ID"{extra}
-{upload}
+{upload}{keep_wheel}"""
+
+# The wheel a build job exported (.work/wheels/<env>/<input hash>/), for the pages job to publish: builds are
+# reproducible, and the publication's gate checks these bytes against the merged ledger before any is served.
+KEEP_WHEEL = """      - uses: {upload}
+        if: ${{{{ !cancelled() }}}}
+        with:
+          name: wheel-${{{{ matrix.env }}}}
+          path: .work/wheels/
+          if-no-files-found: ignore
 """
 
 PUBLISH = """\
@@ -207,9 +221,35 @@ PAGES = """\
         with:
           name: verified-ledger
           path: verified
-      - name: Make the install page from the merged ledger
-        run: flashkit site --out _site
-      - uses: {configure}
+      - uses: {download}
+        with:
+          pattern: wheel-*
+          path: .work/wheels
+          merge-multiple: true
+      - id: pages
+        uses: {configure}
+      # With a signing key, every wheel the merged ledger verifies is published beside the page (a static PEP 503
+      # index and the requirement files that install it, at the Pages URL); the page then gives their commands.
+      # Without one, the page says what is verified and that nothing is published.
+      - name: Publish the verified wheels and make the install page from the merged ledger
+        env:
+          SIGNING_KEY: ${{{{ secrets.FLASHKIT_SIGNING_KEY }}}}
+          PAGES_URL: ${{{{ steps.pages.outputs.base_url }}}}
+        run: |
+          if [ -n "$SIGNING_KEY" ]; then
+            umask 077
+            printf '%s\\n' "$SIGNING_KEY" > "$RUNNER_TEMP/flashkit.key"
+            export FLASHKIT_SIGNING_KEY="$RUNNER_TEMP/flashkit.key"
+            flashkit publish-wheels --all --url "$PAGES_URL/" --out _publication
+            flashkit site --out _site --with-publication _publication
+          else
+            echo "::notice::no FLASHKIT_SIGNING_KEY: the page is made without a wheel publication"
+            flashkit site --out _site
+          fi
+      - uses: {upload}
+        with:
+          name: verified-ledger-published
+          path: verified/*.jsonl
       - uses: {upload_pages}
         with:
           path: _site
@@ -239,6 +279,8 @@ def workflow(*, runner: str, gpu_runner: str | None, envs: tuple[str, ...] = ())
     def upload(part: str) -> str:
         return UPLOAD_LINES.format(upload=UPLOAD, part=part)
 
+    keep_wheel = KEEP_WHEEL.format(upload=UPLOAD)
+
     args = f" --runner {runner}" + (f" --gpu-runner {gpu_runner}" if gpu_runner else "") + env_args
     gpu_line = f"gpu (per CUDA env, on {gpu_runner})" if gpu_runner else "no gpu job (no --gpu-runner: gpu is not run)"
     text = HEADER.format(args=args, gpu_line=gpu_line)
@@ -247,7 +289,7 @@ def workflow(*, runner: str, gpu_runner: str | None, envs: tuple[str, ...] = ())
     text += MATRIX_JOB.format(
         job="build", needs="plan", condition="${{ fromJSON(needs.plan.outputs.build).include[0] != null }}", rows="build",
         install=install, count=count, what="Build and run the build, abi and cpu tiers", extra="",
-        upload=upload("build"),
+        upload=upload("build"), keep_wheel=keep_wheel,
     )  # fmt: skip
     needs = ["plan", "build"]
     if gpu_runner:
@@ -255,6 +297,7 @@ def workflow(*, runner: str, gpu_runner: str | None, envs: tuple[str, ...] = ())
             job="gpu", needs="plan, build",
             condition="${{ !cancelled() && fromJSON(needs.plan.outputs.gpu).include[0] != null }}", rows="gpu",
             install=install, count=count, what="Run the gpu tier", extra=" -- --tiers gpu", upload=upload("gpu"),
+            keep_wheel="",
         )  # fmt: skip
         needs.append("gpu")
     text += PUBLISH.format(
@@ -279,5 +322,6 @@ def workflow(*, runner: str, gpu_runner: str | None, envs: tuple[str, ...] = ())
             configure=CONFIGURE_PAGES,
             upload_pages=UPLOAD_PAGES,
             deploy=DEPLOY_PAGES,
+            upload=UPLOAD,
         )
     )
