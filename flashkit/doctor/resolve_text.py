@@ -106,6 +106,7 @@ def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -
     lines.append((ERR, f"flashkit resolve: {describe(q)} (policy {policy})"))
     if res.fits:
         return Printed((*lines, *_fit(res)), SpecError.exit_code if broken else 0)
+    lines += _near(res)
     for a in res.others:
         lines += _answer(a, "does not fit:")
     if broken:
@@ -115,12 +116,44 @@ def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -
             hint="fix the spec(s) named above (`flashkit validate` lists every problem), then ask again",
         )
     else:
-        error = NoVerifiedFit(
-            f"no verified build fits {describe(q)}: {res.reason}",
-            hint="the envs and their state: `flashkit matrix`; a new env is a new envs/<id>.yaml, "
-            "verified with `nox -s test-<env>`",
-        )
+        error = NoVerifiedFit(f"no verified build fits {describe(q)}: {res.reason}", hint=_user_hint(res))
     return Printed(tuple(lines), error.exit_code, error)
+
+
+NEAREST, NOTHING_NEAR = "nearest fit:", "nothing near:"  # how the no-fit answer begins (the page finds it so)
+DOCTOR_HINT = "if an import fails with `undefined symbol`, `flashkit doctor` shows what differs and what fits"
+
+
+def resolve_argv(q: Query) -> list[str]:
+    """The `flashkit resolve` command line that asks ``q``."""
+    argv = ["flashkit", "resolve", "--torch", str(q.torch)]
+    if q.accelerator:
+        argv += [f"--{q.accelerator}", str(q.accel_version)]
+    argv += ["--python", str(q.python)]
+    if q.cxx11_abi is not None:
+        argv.append("--cxx11-abi" if q.cxx11_abi else "--no-cxx11-abi")
+    return argv
+
+
+def _near(res: Resolution) -> list[tuple[str, str]]:
+    """The first thing a no-fit answer says: the nearest fit and what changes, or that nothing is near."""
+    near = res.nearest
+    if near is None:
+        return [(ERR, f"{NOTHING_NEAR} {res.nothing_near}")]
+    q = near.query
+    accel = f" with {'CUDA' if q.accelerator == 'cuda' else 'ROCm'} {q.accel_version}" if q.accelerator else ""
+    abi = {True: ", cxx11 ABI", False: ", pre-cxx11 ABI", None: ""}[q.cxx11_abi]
+    return [
+        (ERR, f"{NEAREST} torch {q.torch}{accel}, Python {q.python}{abi} ({near.env})"),
+        (ERR, f"  changes: {'; '.join(near.changes) or 'none'}"),
+        (ERR, f"  ask: {' '.join(resolve_argv(q))}"),
+    ]
+
+
+def _user_hint(res: Resolution) -> str:
+    if res.nearest is not None:
+        return f"the nearest fit above is verified: its `ask:` line prints how to install it; {DOCTOR_HINT}"
+    return f"`flashkit matrix` lists what is verified; {DOCTOR_HINT}"
 
 
 def answer(facts: RepoFacts, q: Query, policy: str) -> tuple[Resolution, Printed]:
