@@ -299,15 +299,19 @@ def greyed(data: dict[str, Any], idx: list[int]) -> list[list[bool]]:
 
 
 def initial(data: dict[str, Any]) -> list[int]:
-    """The choice shown first: a fit with the fewest notes (its env's own CUDA and Python), newest torch
-    first, either ABI; the newest torch when nothing fits."""
+    """The choice shown first: a fit (exit 0 first, then any other answer that names a fit) with the fewest
+    notes (its env's own CUDA and Python), newest torch first, either ABI; the newest torch when nothing fits."""
     best, best_key = None, None
     for flat in range(len(data["pick"])):
         idx = indices(data, flat)
-        if idx[3] != 0 or data["answers"][data["pick"][flat]][0] != 0:
+        code = data["answers"][data["pick"][flat]][0]
+        if idx[3] != 0 or code == data["nofit"]:
             continue
-        notes = sum(line.lstrip().startswith("note:") for line in shown(data, idx).err)
-        key = (-notes, idx[0])
+        err = shown(data, idx).err
+        if not any(line.startswith("fits: ") for line in err):
+            continue
+        notes = sum(line.lstrip().startswith("note:") for line in err)
+        key = (code == 0, -notes, idx[0])
         if best_key is None or key > best_key:
             best, best_key = idx, key
     return best or [sizes(data)[0] - 1, 0, 0, 0]
