@@ -95,12 +95,18 @@ def resolver(root: Path):
     return run
 
 
-def page_answer(data: dict, flat: int, choice: list[dict]) -> tuple[int, list[str], list[str]]:
-    """What the page's data holds for choice number ``flat``, the marker replaced as the page replaces it."""
-    code, out, err = data["answers"][data["pick"][flat]]
-    desc = ", ".join(o["phrase"] for o in choice)
-    return (
-        code,
-        [data["lines"][i].replace(data["mark"], desc) for i in out],
-        [data["lines"][i].replace(data["mark"], desc) for i in err],
-    )
+def page_answer(data: dict, flat: int) -> tuple[int, list[str], list[str]]:
+    """What the page's data holds for choice number ``flat``, read back as the page reads it."""
+    from flashkit.site import selector
+
+    shown = selector.shown(data, selector.indices(data, flat))
+    return shown.code, list(shown.out), list(shown.err)
+
+
+def page_data(html: str) -> dict:
+    """The answers a written page carries (its JSON block)."""
+    import re
+
+    m = re.search(r'<script type="application/json" id="fk-answers">(.*?)</script>', html, re.S)
+    assert m, "the page carries no answers"
+    return json.loads(m.group(1))

@@ -21,7 +21,7 @@ ALLOWED = {
     "ledger": {"core", "binary", "evidence", "plan", "images", "verify"},
     "publish": {"core", "binary", "evidence", "plan", "images", "ledger"},  # registry, attestations, wheelhouse
     "doctor": {"core", "binary", "plan", "ledger"},
-    "site": {"core", "plan", "ledger", "doctor"},
+    "site": {"core", "binary", "plan", "ledger", "doctor"},
     "cli": {
         "core",
         "binary",

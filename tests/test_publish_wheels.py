@@ -220,6 +220,18 @@ def test_the_site_serves_the_publication_only_when_it_is_the_one_the_ledger_reco
         out / "requirements" / ENV / "py3.11.txt"
     ).read_bytes()
     assert (site / "files" / s["wheel"].name).is_file() and (site / "index.html").is_file()
+    # The page's answer for this env is the publication's one command.
+    from sitesupport import page_data
+
+    from flashkit.site import selector
+
+    data = page_data((site / "index.html").read_text())
+    labels = [[o["label"] for o in opts] for opts in data["selects"]]
+    idx = [labels[0].index("2.11.0"), labels[1].index("CUDA 13.0"), labels[2].index("3.11"), 0]
+    shown = selector.shown(data, idx)
+    assert shown.code == 0 and shown.out == (
+        f"pip install --require-hashes -r https://example.org/requirements/{ENV}/py3.11.txt",
+    )
     # An edited requirement file is not the publication the ledger recorded: refused, nothing written.
     (out / "requirements" / ENV / "py3.11.txt").write_text("torch\n")
     r = s["cli"]("--repo", str(s["repo"]), "site", "--out", str(tmp_path / "site2"), "--with-publication", str(out))

@@ -189,3 +189,134 @@ def test_a_published_image_is_named_for_the_image_python(cli, verified):
 def test_bad_input_names_the_flag(cli, kit_repo, args, names):
     r = resolve(cli, kit_repo, *args)
     assert r.code == 2 and names in r.err and "Traceback" not in r.err
+
+
+# -- when nothing fits: the nearest fit first, or "nothing near" ---------------------------------------------
+
+
+def _stderr_after_header(err: str) -> list[str]:
+    lines = err.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("flashkit resolve:")) + 1 :]
+
+
+def test_another_cuda_major_names_the_nearest_fit_first(cli, verified):
+    repo, _ = verified
+    r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "12.8", "--python", "3.12")
+    assert r.code == NO_FIT and r.out == ""
+    first, changes, ask = _stderr_after_header(r.err)[:3]
+    assert first == f"nearest fit: torch 2.11.0 with CUDA 13.0, Python 3.12 ({ENV})"
+    assert changes == "  changes: CUDA 12.8 -> 13.0 (driver >= 580.65.06)"
+    assert ask == "  ask: flashkit resolve --torch 2.11.0 --cuda 13.0 --python 3.12"
+    # What it names is a fit: asked as it says, resolve answers with that env.
+    again = resolve(cli, repo, *ask.split()[3:])
+    assert again.code != NO_FIT and f"fits: {ENV}" in again.err
+    # The closing advice is for a user: no maintainer's work (a new spec), and doctor for the symptom.
+    assert "envs/<id>.yaml" not in r.err and "nox -s" not in r.err
+    assert "`flashkit doctor`" in r.err.splitlines()[-1] and "undefined symbol" in r.err.splitlines()[-1]
+
+
+def test_json_of_no_fit_has_the_nearest_fit_and_the_maintainers_hint(cli, verified):
+    repo, _ = verified
+    r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "12.8", "--python", "3.12", "--json")
+    assert r.code == NO_FIT
+    doc = json.loads(r.out)
+    assert doc["nearest"] == {
+        "env": ENV,
+        "query": {
+            "accelerator": "cuda", "torch": "2.11.0", "accel_version": "13.0", "cxx11_abi": None, "python": "3.12",
+            "driver": None, "capabilities": [],
+        },
+        "changes": ["CUDA 12.8 -> 13.0 (driver >= 580.65.06)"],
+        "published": True,
+    }  # fmt: skip
+    assert doc["nothing_near"] is None and "envs/<id>.yaml" in doc["maintainer_hint"]
+    fit = json.loads(resolve(cli, repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12", "--json").out)
+    assert fit["nearest"] is None and fit["maintainer_hint"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "first", "changes"),
+    [
+        # A torch outside the matrix: its torch (and the CUDA that torch's requirements bring).
+        (
+            ("--torch", "2.4.1", "--cuda", "12.4", "--python", "3.12"),
+            f"torch 2.11.0 with CUDA 13.0, Python 3.12 ({ENV})",
+            "torch 2.4 -> 2.11; CUDA 12.4 -> 13.0 (driver >= 580.65.06)",
+        ),
+        # A Python the env does not cover: the nearest one it does.
+        (
+            ("--torch", "2.11.0", "--cuda", "13.0", "--python", "3.9"),
+            f"torch 2.11.0 with CUDA 13.0, Python 3.10 ({ENV})",
+            "Python 3.9 -> 3.10",
+        ),
+        # The other C++ ABI: named, as the query named one.
+        (
+            ("--torch", "2.11.1", "--cuda", "13.0", "--python", "3.12", "--no-cxx11-abi"),
+            f"torch 2.11.1 with CUDA 13.0, Python 3.12, cxx11 ABI ({ENV})",
+            "C++ ABI pre-cxx11 -> cxx11",
+        ),
+    ],
+)
+def test_the_nearest_fit_changes_only_what_it_must(cli, verified, args, first, changes):
+    repo, _ = verified
+    r = resolve(cli, repo, *args)
+    assert r.code == NO_FIT
+    got = _stderr_after_header(r.err)
+    assert got[:2] == [f"nearest fit: {first}", f"  changes: {changes}"]
+    again = resolve(cli, repo, *got[2].split()[3:])
+    assert again.code != NO_FIT and f"fits: {ENV}" in again.err, got[2]
+
+
+def test_fewest_changes_first_then_the_newest_torch(cli, kit_repo):
+    """torch 2.6 on CUDA 13: cu124-torch26 (another CUDA major) and cu130-torch211/212 (another torch) each
+    need one change; the newest torch wins. With Python 3.9, which torch 2.11 and 2.12 do not cover,
+    cu124-torch26 needs one change and they two: the fewest changes win."""
+    for env in ("cu124-torch26", ENV, "cu130-torch212"):
+        art = artifact(env, input_hash(kit_repo, env))
+        full_ledger(kit_repo, art)
+        store.append(kit_repo, env, [wheel_publication(art, pythons=("3.9", "3.10", "3.11", "3.12", "3.13"))])
+    r = resolve(cli, kit_repo, "--torch", "2.6.0", "--cuda", "13.0", "--python", "3.12")
+    assert _stderr_after_header(r.err)[0] == "nearest fit: torch 2.12.0 with CUDA 13.0, Python 3.12 (cu130-torch212)"
+    r = resolve(cli, kit_repo, "--torch", "2.6.0", "--cuda", "13.0", "--python", "3.9")
+    assert _stderr_after_header(r.err)[:2] == [
+        "nearest fit: torch 2.6.0 with CUDA 12.4, Python 3.9 (cu124-torch26)",
+        "  changes: CUDA 13.0 -> 12.4 (driver >= 525.60.13)",
+    ]
+
+
+def test_nothing_near_is_said_and_a_gpu_vendor_is_never_changed(cli, verified, kit_repo):
+    repo, _ = verified
+    r = resolve(cli, repo, "--torch", "2.7.1", "--rocm", "6.4", "--python", "3.12")
+    assert r.code == NO_FIT
+    assert _stderr_after_header(r.err)[0] == (
+        "nothing near: no ROCm env of the matrix is verified and installable (rocm64-torch27)"
+    )
+    assert "nearest fit" not in r.err  # a verified CUDA build is no answer for an AMD GPU
+    assert "`flashkit matrix`" in r.err.splitlines()[-1] and "`flashkit doctor`" in r.err.splitlines()[-1]
+    doc = json.loads(resolve(cli, repo, "--torch", "2.7.1", "--rocm", "6.4", "--python", "3.12", "--json").out)
+    assert doc["nearest"] is None and doc["nothing_near"].startswith("no ROCm env")
+
+
+def test_not_verified_anywhere_is_nothing_near(cli, kit_repo):
+    r = resolve(cli, kit_repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12")
+    assert r.code == NO_FIT
+    assert _stderr_after_header(r.err)[0].startswith("nothing near: no CUDA env of the matrix is verified")
+
+
+def test_the_seed_user_fits(cli, kit_repo):
+    """PyPI's torch 2.7.1 reports CUDA 12.6 (its lockfile's runtime) beside the env's nvcc 12.4: a fit, verified
+    in this repository's ledger (through identical device code); published, its one command."""
+    import shutil
+
+    from kitsupport import REPO
+
+    r = cli("--repo", str(REPO), "resolve", "--torch", "2.7.1", "--cuda", "12.6", "--python", "3.11")
+    assert r.code == 35 and "verified, not published: cu124-torch27" in r.err, r.err  # nothing published here
+    shutil.copytree(REPO / "verified", kit_repo / "verified")
+    shutil.rmtree(kit_repo / "flash_kernels")
+    shutil.copytree(REPO / "flash_kernels", kit_repo / "flash_kernels")  # the real sources: the real input hash
+    art = store.load(kit_repo, "cu124-torch27").artifacts(input_hash(kit_repo, "cu124-torch27"))[-1]
+    store.append(kit_repo, "cu124-torch27", [wheel_publication(art, pythons=("3.11",))])
+    r = cli("--repo", str(kit_repo), "resolve", "--torch", "2.7.1", "--cuda", "12.6", "--python", "3.11")
+    assert r.code == 0, r.err
+    assert r.out == "pip install --require-hashes -r https://flash.example/requirements/cu124-torch27/py3.11.txt\n"

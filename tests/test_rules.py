@@ -73,6 +73,10 @@ def test_every_torch_series_has_python_data_and_cuda_defaults_agree_with_facts()
     assert compat.TORCH_DEFAULT_CUDA["2.11"] == "13.0"
     assert compat.TORCH_PYTHONS["2.15"][0] == "3.11"
     assert set(compat.TORCH_DEFAULT_CUDA) <= set(compat.TORCH_PYTHONS)
+    # PyPI's default wheel is one of the CUDA builds PyTorch's own index has for that series.
+    assert set(compat.TORCH_INDEX_CUDA) <= set(compat.TORCH_DEFAULT_CUDA)
+    assert all(compat.TORCH_DEFAULT_CUDA[s] in cudas for s, cudas in compat.TORCH_INDEX_CUDA.items())
+    assert compat.TORCH_INDEX_CUDA["2.8"] == ("12.6", "12.8", "12.9")
 
 
 def test_unknown_torch_series_is_rejected_not_guessed():

@@ -7,6 +7,7 @@ tests/integration/test_site_browser.py.
 
 from __future__ import annotations
 
+import html as html_lib
 import itertools
 import json
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kitsupport import REPO
-from sitesupport import PAYLOAD, hostile_checkout, page_answer, resolve_in_process, resolver
+from sitesupport import PAYLOAD, hostile_checkout, page_answer, page_data, resolve_in_process, resolver
 
 from flashkit.core.errors import SpecError, UsageError
 from flashkit.site import render, selector
@@ -30,12 +31,6 @@ def repo_site(tmp_path_factory) -> tuple[Path, dict[str, bytes]]:
     return out, files
 
 
-def page_data(html: str) -> dict:
-    m = re.search(r'<script type="application/json" id="fk-answers">(.*?)</script>', html, re.S)
-    assert m, "the page carries no answers"
-    return json.loads(m.group(1))
-
-
 def test_every_choice_shows_what_resolve_prints(repo_site):
     """Every (torch, CUDA/ROCm, Python, ABI) the selects can form against resolve's text, and a sample of
     them, every kind of answer included, against the CLI's own entry point run in-process."""
@@ -48,12 +43,150 @@ def test_every_choice_shows_what_resolve_prints(repo_site):
         choice = [selects[k][i] for k, i in enumerate(idx)]
         argv = [a for o in choice for a in o["argv"]]
         want = resolve(argv)
-        assert page_answer(data, flat, choice) == want, argv
+        assert page_answer(data, flat) == want, argv
         first_of.setdefault((want[0], choice[0]["label"]), argv)  # each exit code of each torch, once
     # The checkout records no wheel publication: its verified fits say "not published" (35), the others 33.
     assert {code for code, _ in first_of} >= {33, 35}
     for argv in first_of.values():
         assert resolve(argv) == resolve_in_process(REPO, argv), argv
+
+
+def _choices(data: dict):
+    """Every choice: its index in pick, its option indices and its `flashkit resolve` arguments."""
+    selects = data["selects"]
+    for flat, idx in enumerate(itertools.product(*(range(len(s)) for s in selects))):
+        yield flat, list(idx), [a for k, i in enumerate(idx) for a in selects[k][i]["argv"]]
+
+
+# How an answer that names a fit begins: a published one, or a verified one nobody can download yet (exit 35;
+# this checkout records no wheel publication).
+FIT_HEADS = ("fits: ", "verified, not published: ")
+
+
+def test_no_answer_ends_without_a_nearest_fit_or_nothing_near(repo_site):
+    """Every exit-33 answer says first (after its header) the nearest fit or that nothing is near; the page
+    finds that block, and the choice it links names the same command as the block's `ask:` line, and fits."""
+    data = page_data(repo_site[1]["index.html"].decode())
+    seen = set()
+    for _flat, idx, _argv in _choices(data):
+        shown = selector.shown(data, idx)
+        if shown.code != 33:
+            assert not shown.near and shown.near_choice is None
+            continue
+        after = [line for line in shown.err if not line.startswith("left out")][1]
+        assert after.startswith(("nearest fit: ", "nothing near: ")), shown.err
+        assert shown.near and shown.near[0] == after
+        seen.add(after.split(":")[0])
+        if after.startswith("nearest fit: "):
+            ask = shown.near[2].removeprefix("  ask: ")
+            assert shown.near_choice is not None, after  # the selects can form every nearest fit today
+            target = selector.shown(data, shown.near_choice)
+            fits = target.code != 33 and any(line.startswith(FIT_HEADS) for line in target.err)
+            assert target.command == ask and fits, (ask, target.command, target.code)
+    assert seen == {"nearest fit", "nothing near"}
+
+
+def _options_html(html: str, name: str) -> list[tuple[str, bool, bool, str]]:
+    """(data-label, greyed, selected, shown text) of each option of a select, as the page is written."""
+    body = re.search(rf'<select id="sel-{name}".*?</select>', html, re.S).group(0)
+    out = []
+    for attrs, text in re.findall(r"<option ([^>]*)>([^<]*)</option>", body):
+        label = html_lib.unescape(re.search(r'data-label="([^"]*)"', attrs).group(1))
+        out.append((label, 'class="nofit"' in attrs, " selected" in attrs, html_lib.unescape(text)))
+    return out
+
+
+def _element(html: str, tag: str, id_: str) -> str:
+    m = re.search(rf'<{tag}\b[^>]*\bid="{id_}"[^>]*>(.*?)</{tag}>', html, re.S)
+    assert m, id_
+    return html_lib.unescape(m.group(1))
+
+
+def test_without_javascript_the_page_shows_the_default_answer(repo_site):
+    """The choice selected in the page as written, and its answer written into it: what resolve prints."""
+    html = repo_site[1]["index.html"].decode()
+    names = [name for name, _label in render.SELECT_NAMES]
+    data = page_data(html)
+    chosen = []
+    for name in names:
+        (pos,) = [i for i, (_l, _g, selected, _t) in enumerate(_options_html(html, name)) if selected]
+        chosen.append(pos)
+    argv = [a for k, i in enumerate(chosen) for a in data["selects"][k][i]["argv"]]
+    code, out, err = resolver(REPO)(argv)
+    assert code != 33 and any(line.startswith(FIT_HEADS) for line in err)  # the default names a fit
+    assert _element(html, "pre", "fk-out").splitlines() == out
+    assert _element(html, "pre", "fk-err").splitlines() == err
+    assert _element(html, "code", "fk-cmd") == " ".join(["flashkit", "resolve", *argv])
+    assert _element(html, "p", "fk-verdict") == render.EXITS[code]
+    hidden = re.search(r'<div id="fk-install"[^>]*>', html).group(0) != '<div id="fk-install">'
+    assert hidden == (not out)
+    assert '<fieldset id="fk-fields" disabled>' in html  # until the script runs: without it they do nothing
+
+
+def test_greyed_options_are_those_resolve_fits_nothing_with(repo_site):
+    """An option is marked "(no fit)" in the page as written exactly when resolve, asked for it with the
+    other selects at the default, exits 33 (the chosen one is not: the answer says it); every option stays
+    selectable."""
+    html = repo_site[1]["index.html"].decode()
+    data = page_data(html)
+    resolve = resolver(REPO)
+    names = [name for name, _label in render.SELECT_NAMES]
+    written = {name: _options_html(html, name) for name in names}
+    default = [next(i for i, o in enumerate(written[name]) if o[2]) for name in names]
+    greyed_somewhere = 0
+    for k, name in enumerate(names):
+        for i, (label, greyed, _selected, text) in enumerate(written[name]):
+            other = [*default[:k], i, *default[k + 1 :]]
+            argv = [a for j, n in enumerate(other) for a in data["selects"][j][n]["argv"]]
+            assert greyed == (i != default[k] and resolve(argv)[0] == 33), argv
+            assert text == label + (render.NOFIT_SUFFIX if greyed else "")
+            greyed_somewhere += greyed
+    assert greyed_somewhere and "disabled" not in re.search(r"<select .*?>", html).group(0)
+
+
+def test_the_cuda_options_are_what_torch_reports(repo_site):
+    """The CUDA select offers torch.version.cuda of PyPI's wheels and PyTorch's index for the matrix's torch
+    series, and what each env's lockfile pins: PyPI's torch 2.7.1 reports 12.6, and that user finds a fit."""
+    from flashkit.plan import compat
+
+    data = page_data(repo_site[1]["index.html"].decode())
+    cudas = {o["label"] for o in data["selects"][1]}
+    assert {"CUDA 12.6", "CUDA 12.8", "CUDA 12.9", "CUDA 13.0"} <= cudas
+    assert f"CUDA {compat.TORCH_DEFAULT_CUDA['2.7']}" == "CUDA 12.6"
+    seed = ["--torch", "2.7.1", "--cuda", "12.6", "--python", "3.11"]
+    (flat,) = [flat for flat, _idx, argv in _choices(data) if argv == seed]
+    code, out, err = page_answer(data, flat)
+    # Verified (exit 35 until a publication is recorded: then its URL, tests/test_publish_wheels.py).
+    assert code == 35 and out == [] and "verified, not published: cu124-torch27" in "\n".join(err)
+
+
+def test_url_parameters_name_each_option_once(repo_site):
+    data = page_data(repo_site[1]["index.html"].decode())
+    for k, opts in enumerate(data["selects"]):
+        params = [tuple(o["param"]) if o["param"] else None for o in opts]
+        assert len(set(params)) == len(params), params
+        assert (params.count(None) == 1) == (k == 3)  # only the ABI has a default without a parameter
+
+
+def test_the_matrix_says_verified_and_each_envs_gpu_code(repo_site):
+    from flashkit.doctor import repo as repo_facts
+
+    html = repo_site[1]["index.html"].decode()
+    facts = repo_facts.load(REPO)
+    rows = re.findall(r'<th scope="row" class="env"><a href="evidence.html#([^"]+)">.*?</th>\s*'
+                      r'<td class="verified (yes|no)"[^>]*>(yes|no)</td>', html, re.S)  # fmt: skip
+    assert len(rows) == len(facts.specs)
+    for env, cls, text in rows:
+        assert cls == text == ("yes" if facts.verification[env].verified else "no"), env
+    assert {text for _e, _c, text in rows} == {"yes", "no"}
+    assert "sm_80, sm_90a; no PTX" in html and "manylinux_2_28" in html and "x86_64" in html
+    assert "compute capability 8.0, 8.6, 8.7, 8.9, 9.0" in _element(html, "ul", "runs-on")
+
+
+def test_the_symptom_leads_to_doctor(repo_site):
+    html = repo_site[1]["index.html"].decode()
+    line = _element(html, "p", "symptom")
+    assert "undefined symbol" in line and "flashkit doctor" in line
 
 
 def test_the_same_checkout_gives_the_same_bytes(repo_site):
@@ -184,7 +317,7 @@ def test_a_broken_spec_is_named_the_page_is_made_from_the_others_and_the_exit_is
     assert r.code == SpecError.exit_code, r.err
     assert "left out, its spec does not validate" in r.err and "cu124-torch27.yaml" in r.err
     data = page_data((tmp_path / "s" / "index.html").read_text())
-    assert {code for code, _out, _err in data["answers"]} == {SpecError.exit_code}  # as resolve says each time
+    assert {answer[0] for answer in data["answers"]} == {SpecError.exit_code}  # as resolve says each time
 
 
 # WCAG 2 relative luminance and contrast ratio; AA asks 4.5:1 for body text.

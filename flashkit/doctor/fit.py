@@ -7,6 +7,11 @@ current input hash only. An env fits when it has the asked torch minor, nothing 
 (another CUDA major, the other C++ ABI, a Python its requirements do not cover), its latest build passes
 the policy, and there is a way to install it on that Python: its production requirements for it, or a
 published image of it.
+
+When nothing fits, the nearest fit is named: among the (env, Python) pairs that resolve would answer with a
+fit, the one asking the fewest changes of the query (torch minor, CUDA/ROCm major, Python, C++ ABI), ties
+to the newest torch. A GPU's vendor is not a change a user can make, so only envs of the asked accelerator
+count; when none of them fits anything, that is said instead ("nothing near").
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flashkit.doctor.model import Candidate, Query, Verification, vkey
+from flashkit.doctor.model import MIN_DRIVER_FOR_CUDA, Candidate, Query, Verification, vkey
 from flashkit.doctor.recommend import score
 
 _NOT_COVERED = "no requirements for python"
+ACCEL_NAME = {"cuda": "CUDA", "rocm": "ROCm"}
+# For people who maintain the matrix, not for a user choosing an install: kept in --json only.
+MAINTAINER_HINT = "a new env is a new envs/<id>.yaml, verified with `nox -s test-<env>` (docs/envs.md)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +58,32 @@ class EnvAnswer:
 
 
 @dataclasses.dataclass(frozen=True)
+class Nearest:
+    """The verified build nearest to a query that nothing fits, and the query that resolve fits with it."""
+
+    env: str
+    query: Query  # the asked query with only the changed parts replaced
+    changes: tuple[str, ...]  # "torch 2.6 -> 2.15", "CUDA 12.6 -> 13.0 (driver >= 580.65.06)", ...
+    published: bool = True  # False: verified, but nothing of it is published yet (resolve would exit 35)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "query": dataclasses.asdict(self.query),
+            "changes": list(self.changes),
+            "published": self.published,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class Resolution:
     query: Query
     fits: tuple[EnvAnswer, ...]  # best first
     others: tuple[EnvAnswer, ...]  # envs of the asked torch minor that do not fit
     reason: str | None  # one sentence when nothing fits
     matrix_torch: tuple[str, ...]  # the torch minors the matrix has
+    nearest: Nearest | None = None  # when nothing fits: the fit with the fewest changes
+    nothing_near: str | None = None  # when nothing fits and nothing is near: why
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +93,9 @@ class Resolution:
             "others": [a.to_json() for a in self.others],
             "reason": self.reason,
             "matrix_torch": list(self.matrix_torch),
+            "nearest": self.nearest.to_json() if self.nearest else None,
+            "nothing_near": self.nothing_near,
+            "maintainer_hint": None if self.fits else MAINTAINER_HINT,
         }
 
 
@@ -147,7 +178,7 @@ def resolve(
     same = [s for s in specs if minor(s.torch) == asked]
     if not same:
         reason = f"torch {asked} is not in the matrix (it has torch {', '.join(minors)})"
-        return Resolution(q, (), (), reason, minors)
+        return Resolution(q, (), (), reason, minors, *nearest(q, specs, verification, lock_cuda, requirements))
     scored = []
     for s in same:
         env = str(s.id)
@@ -157,8 +188,88 @@ def resolve(
     ranked = [a for _, a in sorted(scored, key=lambda sa: (-sa[0], sa[1].env))]
     fits = tuple(a for a in ranked if a.fits)
     others = tuple(a for a in ranked if not a.fits)
-    reason = None
-    if not fits:
-        names = ", ".join(a.env for a in others)
-        reason = f"torch {asked} is in the matrix ({names}), but no verified build of it fits"
-    return Resolution(q, fits, others, reason, minors)
+    if fits:
+        return Resolution(q, fits, others, None, minors)
+    if any(a.unpublished for a in others):  # a verified build fits, nothing of it is downloadable (exit 35)
+        return Resolution(q, fits, others, "a verified build fits, but nothing of it is published yet", minors)
+    names = ", ".join(a.env for a in others)
+    reason = f"torch {asked} is in the matrix ({names}), but no verified build of it fits"
+    return Resolution(q, fits, others, reason, minors, *nearest(q, specs, verification, lock_cuda, requirements))
+
+
+def nearest(
+    q: Query,
+    specs: Sequence[Any],
+    verification: Mapping[str, Verification],
+    lock_cuda: Mapping[str, str | None],
+    requirements: Mapping[str, Any],
+) -> tuple[Nearest | None, str | None]:
+    """The fit with the fewest changes from ``q`` (see the module docstring), or why there is none.
+
+    A pair counts only when resolve, asked the changed query, answers it with that env (:func:`answer`'s
+    rules, so the nearest fit named is one the command fits)."""
+    pool = [s for s in specs if q.accelerator is None or s.accelerator.kind == q.accelerator]
+    best: tuple[tuple, Nearest] | None = None
+    for s in pool:
+        env = str(s.id)
+        v = verification.get(env)
+        if v is None or not v.verified:
+            continue
+        cov = requirements.get(env)
+        for py in sorted({s.python, *(getattr(cov, "covered", None) or ())}, key=vkey):
+            alt = _instead(q, s, py, lock_cuda.get(env))
+            there = answer(s, score(s, alt, lock_cuda.get(env), cov), v, cov, py)
+            if not (there.fits or there.unpublished):
+                continue
+            changes = _changes(q, alt)
+            py_gap = abs(vkey(py)[1] - vkey(q.python or py)[1])
+            # A fit one command installs comes before a verified build nobody can download yet.
+            key = (not there.fits, len(changes), [-x for x in vkey(s.torch)], py_gap, -vkey(py)[1], env)
+            if best is None or key < best[0]:
+                best = (key, Nearest(env, alt, changes, there.fits))
+    if best is not None:
+        return best[1], None
+    kind = ACCEL_NAME.get(q.accelerator or "", "")
+    if not pool:
+        return None, f"the matrix has no {kind} env"
+    names = sorted(str(s.id) for s in pool)
+    which = f"({', '.join(names)})" if len(names) <= 3 else f"(all {len(names)})"
+    envs = f"{kind} env" if kind else "env"
+    return None, f"no {envs} of the matrix is verified and installable {which}"
+
+
+def _instead(q: Query, spec, py: str, lock_cuda: str | None) -> Query:
+    """``q`` with what ``spec`` cannot serve replaced by what it has: its torch for another minor, its ABI,
+    Python ``py``, and for another CUDA major the CUDA its torch reports (the lockfile's runtime, else the
+    spec's). A CUDA minor is kept: the fit is by major, so keeping it is the smaller change."""
+    torch = q.torch if q.torch and minor(q.torch) == minor(spec.torch) else _public(spec.torch)
+    accel = q.accel_version
+    if q.accelerator and _major(accel) != _major(spec.accelerator.version):
+        accel = (lock_cuda if spec.accelerator.kind == "cuda" else None) or spec.accelerator.version
+    abi = q.cxx11_abi if q.cxx11_abi in (None, spec.cxx11_abi) else spec.cxx11_abi
+    return dataclasses.replace(q, torch=torch, accel_version=accel, cxx11_abi=abi, python=py)
+
+
+def _public(torch: str) -> str:
+    """A torch version without its local label, as resolve's --torch takes it (NGC's 2.10.0a0+b4e4ee81d3)."""
+    return torch.split("+", 1)[0]
+
+
+def _major(version: str | None) -> str:
+    return (version or "").split(".")[0]
+
+
+def _changes(q: Query, alt: Query) -> tuple[str, ...]:
+    out = []
+    if q.torch and minor(q.torch) != minor(alt.torch or ""):
+        out.append(f"torch {minor(q.torch)} -> {minor(alt.torch or '')}")
+    if q.accelerator and _major(q.accel_version) != _major(alt.accel_version):
+        driver = MIN_DRIVER_FOR_CUDA.get(int(_major(alt.accel_version))) if q.accelerator == "cuda" else None
+        need = f" (driver >= {driver})" if driver else ""
+        out.append(f"{ACCEL_NAME[q.accelerator]} {q.accel_version} -> {alt.accel_version}{need}")
+    if q.python != alt.python:
+        out.append(f"Python {q.python} -> {alt.python}")
+    if q.cxx11_abi != alt.cxx11_abi:
+        abi = {True: "cxx11", False: "pre-cxx11"}
+        out.append(f"C++ ABI {abi[bool(q.cxx11_abi)]} -> {abi[bool(alt.cxx11_abi)]}")
+    return tuple(out)

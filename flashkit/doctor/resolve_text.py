@@ -101,9 +101,12 @@ def image_lines(images: tuple[str, ...]) -> list[str]:
     return lines
 
 
+FITS, UNPUBLISHED = "fits:", "verified, not published:"  # how the answer naming a fit begins (the page finds it)
+
+
 def _fit(res: Resolution) -> list[tuple[str, str]]:
     best = res.fits[0]
-    out = _answer(best, "fits:")
+    out = _answer(best, FITS)
     if best.install:
         pip, *others = best.install
         out.append(
@@ -129,7 +132,7 @@ def _fit(res: Resolution) -> list[tuple[str, str]]:
 
 def _unpublished(res: Resolution, a: EnvAnswer) -> tuple[list[tuple[str, str]], FlashkitError]:
     """A verified fit that nobody can download yet: say so, and how to build it from a clone."""
-    lines = _answer(dataclasses.replace(a, why_not=()), "verified, not published:")
+    lines = _answer(dataclasses.replace(a, why_not=()), UNPUBLISHED)
     py = res.query.python
     error = NotPublished(
         f"{a.env} is verified for {describe(res.query)}, but nothing of it is published yet: "
@@ -151,6 +154,7 @@ def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -
     if waiting and not broken:
         more, error = _unpublished(res, waiting[0])
         return Printed((*lines, *more), error.exit_code, error)
+    lines += _near(res)
     for a in res.others:
         lines += _answer(a, "does not fit:")
     if broken:
@@ -160,12 +164,45 @@ def printed(q: Query, res: Resolution, policy: str, broken: Mapping[str, str]) -
             hint="fix the spec(s) named above (`flashkit validate` lists every problem), then ask again",
         )
     else:
-        error = NoVerifiedFit(
-            f"no verified build fits {describe(q)}: {res.reason}",
-            hint="the envs and their state: `flashkit matrix`; a new env is a new envs/<id>.yaml, "
-            "verified with `nox -s test-<env>`",
-        )
+        error = NoVerifiedFit(f"no verified build fits {describe(q)}: {res.reason}", hint=_user_hint(res))
     return Printed(tuple(lines), error.exit_code, error)
+
+
+NEAREST, NOTHING_NEAR = "nearest fit:", "nothing near:"  # how the no-fit answer begins (the page finds it so)
+DOCTOR_HINT = "if an import fails with `undefined symbol`, `flashkit doctor` shows what differs and what fits"
+
+
+def resolve_argv(q: Query) -> list[str]:
+    """The `flashkit resolve` command line that asks ``q``."""
+    argv = ["flashkit", "resolve", "--torch", str(q.torch)]
+    if q.accelerator:
+        argv += [f"--{q.accelerator}", str(q.accel_version)]
+    argv += ["--python", str(q.python)]
+    if q.cxx11_abi is not None:
+        argv.append("--cxx11-abi" if q.cxx11_abi else "--no-cxx11-abi")
+    return argv
+
+
+def _near(res: Resolution) -> list[tuple[str, str]]:
+    """The first thing a no-fit answer says: the nearest fit and what changes, or that nothing is near."""
+    near = res.nearest
+    if near is None:
+        return [(ERR, f"{NOTHING_NEAR} {res.nothing_near}")]
+    q = near.query
+    accel = f" with {'CUDA' if q.accelerator == 'cuda' else 'ROCm'} {q.accel_version}" if q.accelerator else ""
+    abi = {True: ", cxx11 ABI", False: ", pre-cxx11 ABI", None: ""}[q.cxx11_abi]
+    state = "" if near.published else "; verified, not published yet"
+    return [
+        (ERR, f"{NEAREST} torch {q.torch}{accel}, Python {q.python}{abi} ({near.env}{state})"),
+        (ERR, f"  changes: {'; '.join(near.changes) or 'none'}"),
+        (ERR, f"  ask: {' '.join(resolve_argv(q))}"),
+    ]
+
+
+def _user_hint(res: Resolution) -> str:
+    if res.nearest is not None:
+        return f"the nearest fit above is verified: its `ask:` line prints how to install it; {DOCTOR_HINT}"
+    return f"`flashkit matrix` lists what is verified; {DOCTOR_HINT}"
 
 
 def answer(facts: RepoFacts, q: Query, policy: str) -> tuple[Resolution, Printed]:

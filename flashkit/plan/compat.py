@@ -56,6 +56,17 @@ TORCH_DEFAULT_CUDA: dict[str, str] = {
     "2.15": "13.2",
 }
 
+# The CUDA versions PyTorch's own index (https://download.pytorch.org/whl/cuXYZ) has Linux x86_64 torch wheels
+# for, per torch series: what `torch.version.cuda` reports for a torch installed from there rather than PyPI.
+# Source: the "Linux and Windows" wheel commands of https://pytorch.org/get-started/previous-versions
+# (v2.6.0 to v2.9.1). Series not listed: only their PyPI default (above) is known here.
+TORCH_INDEX_CUDA: dict[str, tuple[str, ...]] = {
+    "2.6": ("11.8", "12.4", "12.6"),
+    "2.7": ("11.8", "12.6", "12.8"),
+    "2.8": ("12.6", "12.8", "12.9"),
+    "2.9": ("12.6", "12.8", "13.0"),
+}
+
 # From torch 2.7 the PyPI wheels are manylinux_2_28 and built with the cxx11 ABI; older ones are not.
 PYPI_CXX11_ABI_FROM = Version("2.7")
 

@@ -23,7 +23,7 @@ from flashkit.core.errors import FlashkitError, NoVerifiedFit, SpecError, UsageE
 from flashkit.core.names import TIER_ORDER
 from flashkit.doctor import repo as repo_facts
 from flashkit.ledger import gate, store
-from flashkit.site import evidence, plots, publication, selector
+from flashkit.site import evidence, plots, publication, selector, targets
 
 MARKER = ".flashkit-site"  # in every folder this command writes: the one kind of folder it replaces
 SELECT_NAMES = (("torch", "torch"), ("accel", "CUDA or ROCm"), ("python", "Python"), ("abi", "C++ ABI"))
@@ -31,7 +31,9 @@ EXITS = {
     0: "A verified build fits.",
     NoVerifiedFit.exit_code: "No verified build fits this choice (resolve exits 33).",
     SpecError.exit_code: "An env spec does not validate, so this answer may be incomplete (resolve exits 3).",
+    35: "A verified build fits, but nothing is published yet.",
 }
+NOFIT_SUFFIX = " (no fit)"  # after an option that, with the other choices as they are, fits nothing
 
 
 def json_for_script(data: object) -> str:
@@ -39,24 +41,6 @@ def json_for_script(data: object) -> str:
     insert it as it is: entities are not decoded inside a script element)."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _initial(data: dict) -> list[int]:
-    """The choice shown first: a fit with the fewest notes (its env's own CUDA and Python), newest torch
-    first, either ABI; the newest torch when nothing fits."""
-    sizes = [len(s) for s in data["selects"]]
-    best, best_key = None, None
-    for flat, answer in enumerate(data["pick"]):
-        idx, rest = [], flat
-        for size in reversed(sizes):
-            idx.insert(0, rest % size)
-            rest //= size
-        code, _out, err = data["answers"][answer]
-        notes = sum(data["lines"][i].lstrip().startswith("note:") for i in err)
-        key = (-notes, idx[0])
-        if code == 0 and idx[3] == 0 and (best_key is None or key > best_key):
-            best, best_key = idx, key
-    return best or [sizes[0] - 1, 0, 0, 0]
 
 
 def _newest_fact(root: Path, envs: list[str]) -> str:
@@ -87,7 +71,11 @@ def site(
         raise SpecError(problem.what if problem else "no env specs", hint=problem.fix if problem else None)
     data = selector.selector_data(facts, policy.describe())
     data["exits"] = {str(k): v for k, v in EXITS.items()}
-    initial = _initial(data)
+    data["nofit_suffix"] = NOFIT_SUFFIX
+    initial = selector.initial(data)
+    greyed = selector.greyed(data, initial)
+    first = selector.shown(data, initial)  # written into the page: what it shows without JavaScript
+    envs = targets.env_targets(facts)
     rows = evidence.rows(root)
     charts, chart_problems = plots.charts(root)
     env = jinja2.Environment(
@@ -101,14 +89,19 @@ def site(
         "newest_fact": _newest_fact(root, [r.env for r in rows]),
         "rows": rows,
         "tiers": [t.value for t in TIER_ORDER],
+        "envs": envs,
     }
     selects = [
-        {"name": name, "label": label, "options": opts, "initial": initial[k]}
+        {"name": name, "label": label, "options": opts, "initial": initial[k], "greyed": greyed[k]}
         for k, ((name, label), opts) in enumerate(zip(SELECT_NAMES, data["selects"], strict=True))
     ]
     index = env.get_template("index.html.j2").render(
         **common,
         selects=selects,
+        nofit_suffix=NOFIT_SUFFIX,
+        shown=first,
+        verdict=EXITS.get(first.code, f"resolve exits {first.code}."),
+        platform=targets.summary(envs),
         answers_json=markupsafe.Markup(json_for_script(data)),
         charts=charts,
         chart_problems=chart_problems,

@@ -113,8 +113,11 @@ def watched(browser):
 
 
 def _choose(page, labels: dict[str, str]) -> None:
+    """Select options by their own label (a shown label may carry the "(no fit)" mark)."""
     for name, label in labels.items():
-        page.select_option(f"#sel-{name}", label=label)
+        value = page.get_attribute(f'#sel-{name} option[data-label="{label}"]', "value")
+        assert value is not None, f"no option {label!r} in #sel-{name}"
+        page.select_option(f"#sel-{name}", value=value)
 
 
 def _shown(page) -> tuple[int, list[str], list[str]]:
@@ -280,6 +283,163 @@ def test_markup_in_the_ledger_never_runs(browser, kit_repo, tmp_path):
             assert PAYLOAD in (w.page.text_content("main") or "")
             assert w.page.evaluate("typeof window.__fk_pwned") == "undefined"
             assert w.page.locator("img[src=x]").count() == 0
+        assert w.errors == []
+    finally:
+        w.close()
+
+
+# -- the page as a user needs it: nearest fit, greyed options, copy, the URL, a phone, no JavaScript --------
+
+SEED = {"torch": "2.7.1", "accel": "CUDA 12.6", "python": "3.11", "abi": "either"}  # PyPI's torch 2.7.1
+
+
+def _choose_named(page, labels: dict[str, str]) -> None:
+    _choose(page, {name: labels[name] for name in _select_names(page) if name in labels})
+
+
+def test_a_choice_nothing_fits_names_the_nearest_fit_first(watched, site_url):
+    page = watched.page
+    page.goto(site_url)
+    _choose_named(page, {"torch": "2.6.0", "accel": "CUDA 13.0", "python": "3.12", "abi": "either"})
+    code, _out, err = _shown(page)
+    near = (page.text_content("#fk-near-text") or "").splitlines()
+    assert code == 33 and near and near[0].startswith("nearest fit: ") and near[0] in err
+    # First on the page: the verdict, then the nearest fit; the per-env reasons are folded below.
+    order = page.evaluate(
+        """() => ["fk-verdict", "fk-near", "fk-why"].map(id => document.getElementById(id).getBoundingClientRect().top)"""
+    )
+    assert order == sorted(order), order
+    assert page.get_attribute("#fk-why", "open") is None and not page.is_visible("#fk-err")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "nearest.png"), full_page=False)
+    # "Show that choice" selects what the nearest fit names, and that is a fit.
+    page.click("#fk-near-go")
+    code, _out, err = _shown(page)
+    assert code != 33 and any(line.startswith("fits: ") for line in err)
+    assert page.text_content("#fk-cmd") == near[2].removeprefix("  ask: ")
+    assert watched.errors == []
+
+
+def test_options_that_fit_nothing_are_greyed_and_still_selectable(watched, site_url):
+    page = watched.page
+    page.goto(site_url)
+    _choose_named(page, {"torch": "2.6.0", "accel": "CUDA 12.4", "python": "3.12", "abi": "either"})
+    options = page.eval_on_selector_all(
+        "#sel-accel option", "els => els.map(o => [o.dataset.label, o.className, o.textContent, o.disabled])"
+    )
+    resolve = resolver(REPO)
+    for label, cls, text, disabled in options:
+        kind, version = label.split()
+        chosen = label == "CUDA 12.4"
+        fits_nothing = (
+            not chosen and resolve(["--torch", "2.6.0", f"--{kind.lower()}", version, "--python", "3.12"])[0] == 33
+        )
+        assert (cls == "nofit") == fits_nothing and text.endswith("(no fit)") == fits_nothing, label
+        assert not disabled
+    assert {cls for _l, cls, _t, _d in options} == {"", "nofit"}
+    _choose(page, {"accel": "CUDA 13.0"})  # a greyed option: chosen, it says why, and is no longer marked
+    assert _shown(page)[0] == 33 and page.is_visible("#fk-near")
+    assert page.eval_on_selector("#sel-accel", "s => s.selectedOptions[0].textContent") == "CUDA 13.0"
+    assert watched.errors == []
+
+
+def test_the_choice_is_kept_in_the_url(watched, site_url):
+    page = watched.page
+    page.goto(site_url)
+    assert page.evaluate("location.search") == ""  # written on a change, not on opening the page
+    _choose_named(page, {**SEED, "abi": "cxx11"})
+    assert page.evaluate("location.search") == "?torch=2.7.1&cuda=12.6&python=3.11&abi=cxx11"
+    before = _shown(page)
+    page.reload()
+    assert _shown(page) == before
+    assert page.evaluate("location.search") == "?torch=2.7.1&cuda=12.6&python=3.11&abi=cxx11"
+    # A value that is not an option is ignored: that select keeps the page's default.
+    page.goto(site_url)
+    default_torch = page.eval_on_selector("#sel-torch", "s => s.value")
+    page.goto(site_url + "?torch=9.9.9&cuda=12.6&python=3.11&abi=%3Cscript%3E")
+    assert page.eval_on_selector("#sel-torch", "s => s.value") == default_torch
+    assert page.eval_on_selector("#sel-accel", "s => s.selectedOptions[0].dataset.label") == "CUDA 12.6"
+    assert page.eval_on_selector("#sel-abi", "s => s.value") == "0"
+    assert watched.errors == []
+
+
+@pytest.mark.parametrize("how", ["http", "file"])
+def test_the_url_round_trips_over_file_and_http(browser, repo_site, site_url, how):
+    base = site_url if how == "http" else repo_site.as_uri() + "/index.html"
+    w = Watched(browser)
+    try:
+        w.page.goto(base + "?torch=2.7.1&cuda=12.6&python=3.11")
+        code, out, _err = _shown(w.page)
+        assert code == 0 and out[0].endswith("lockfiles/cu124-torch27/py3.11.txt")
+        assert w.page.text_content("#fk-cmd") == "flashkit resolve --torch 2.7.1 --cuda 12.6 --python 3.11"
+        assert w.errors == []
+    finally:
+        w.close()
+
+
+def test_copy_puts_the_install_lines_on_the_clipboard(browser, site_url):
+    w = Watched(browser, permissions=["clipboard-read", "clipboard-write"])
+    try:
+        page = w.page
+        page.goto(site_url)
+        _choose_named(page, SEED)
+        page.click("button.copy[data-copy='fk-out']")
+        page.wait_for_selector("button.copy[data-copy='fk-out'][data-copied]")
+        assert page.text_content("button.copy[data-copy='fk-out']") == "Copied"
+        assert page.evaluate("navigator.clipboard.readText()") == page.text_content("#fk-out")
+        page.click("button.copy[data-copy='fk-cmd']")
+        page.wait_for_function("navigator.clipboard.readText().then(t => t.startsWith('flashkit resolve'))")
+        assert page.evaluate("navigator.clipboard.readText()") == page.text_content("#fk-cmd")
+        assert w.errors == []
+    finally:
+        w.close()
+
+
+def test_a_phone_wraps_the_command_and_stacks_the_matrix(browser, site_url):
+    w = Watched(browser, viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
+    try:
+        page = w.page
+        page.goto(site_url)
+        _choose_named(page, SEED)
+        wide = page.evaluate(
+            """() => ["fk-out", "fk-cmd", "fk-err"].concat(Array.from(document.querySelectorAll("table.matrix, table.matrix tbody tr")).map((e, i) => (e.id = e.id || "m" + i)))
+                 .map(id => { const e = document.getElementById(id); return [id, e.scrollWidth, e.clientWidth, e.getBoundingClientRect().right]; })"""
+        )
+        for name, scroll, client, right in wide:
+            assert scroll <= client + 1 and right <= 390, (name, scroll, client, right)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        # Stacked: each env is a card whose cells sit one under another, each named by its column.
+        cells = page.eval_on_selector_all(
+            "table.matrix tbody tr:first-child td",
+            "els => els.map(e => [e.dataset.label, e.getBoundingClientRect().left])",
+        )
+        assert [label for label, _ in cells][:2] == ["verified", "build"]
+        assert len({round(left) for _label, left in cells}) == 1, cells
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.evaluate("document.getElementById('fk-fields').scrollIntoView()")
+        page.screenshot(path=str(SHOTS / "phone-answer.png"), full_page=False)
+        page.locator("#matrix").scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "phone-matrix.png"), full_page=False)
+        assert w.errors == []
+    finally:
+        w.close()
+
+
+def test_without_javascript_the_default_answer_is_there(browser, site_url):
+    w = Watched(browser, java_script_enabled=False)
+    try:
+        page = w.page
+        page.goto(site_url)
+        argv = page.eval_on_selector("#fk-cmd", "e => e.textContent").split()[2:]
+        code, out, err = resolver(REPO)(argv)
+        assert code != 33 and any(line.startswith("fits: ") for line in err)
+        assert page.is_visible("#fk-out") == bool(out)
+        assert page.text_content("#fk-out").splitlines() == out
+        assert page.text_content("#fk-err").splitlines() == err
+        assert page.text_content("#fk-verdict") == render.EXITS[code]
+        assert page.is_disabled("#sel-torch") and page.is_visible("noscript p") is not None
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "no-javascript.png"), full_page=False)
         assert w.errors == []
     finally:
         w.close()
