@@ -150,6 +150,10 @@ def test_the_attestation_names_the_wheel_and_every_verdict(setup, tmp_path):
     assert manifest["base_url"] == "https://example.org/flash/"
     row = manifest["matrix"]["envs"][ENV]
     assert row["published"]["3.11"]["requirements"] == f"https://example.org/flash/requirements/{ENV}/py3.11.txt"
+    # The matrix names where the wheel is published.
+    listed = s["cli"]("--repo", str(s["repo"]), "matrix", "--json")
+    (mine,) = [e for e in json.loads(listed.out) if e["env"] == ENV]
+    assert "wheel:https://example.org/flash/" in mine["published"]
 
 
 def test_an_unverified_wheel_reaches_no_index_and_nothing_is_written(setup, tmp_path):

@@ -304,7 +304,7 @@ class Summary:
     # "passed(same-wheel:<input hash>)" for this env's very wheel judged at another input hash)
     tiers: dict[str, str]
     wheel: str | None  # the latest build's wheel file name
-    published: tuple[str, ...]  # the tags of the publications at this input hash
+    published: tuple[str, ...]  # the image tags published at this input hash, and "wheel:<base URL>" per wheel's
     device_code: str | None = None  # the device-code digest of that wheel, when recorded
     gpu_how: str | None = None  # the GPU judgement of that build, as one line
 
@@ -339,6 +339,8 @@ def _status_line(verdicts: dict[str, str]) -> str:
 def summary(ledger: Ledger, input_hash: str, accepts: tuple[str, ...] | None = None) -> Summary:
     arts = ledger.artifacts(input_hash)
     tags = tuple(dict.fromkeys(t for pub in ledger.publications(input_hash) for t in pub.tags))
+    # Where the wheel is on an index: the publication's base URL (its requirement files are there).
+    tags += tuple(dict.fromkeys(f"wheel:{pub.base_url}" for pub in ledger.wheel_publications(input_hash)))
     if not arts:
         return Summary(status(ledger, input_hash), _source_verdicts(ledger, input_hash), None, tags)
     art = max(arts, key=lambda a: a.date)
