@@ -27,6 +27,9 @@ class RepoFacts:
     problem: RepoProblem | None
     requirements: dict[str, Any] = dataclasses.field(default_factory=dict)  # env -> production.Coverage
     broken: dict[str, str] = dataclasses.field(default_factory=dict)  # env -> why its spec does not validate
+    # env -> the error of its ledger, which does not read: its verification says "unknown", and a command
+    # exits with the error's code after answering from the others (as `flashkit ledger show` does for it).
+    unreadable: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def lock_cuda_runtime(lock_text: str) -> str | None:
@@ -35,10 +38,13 @@ def lock_cuda_runtime(lock_text: str) -> str | None:
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
-def _verification(root: Path, plan, policy: str | None) -> Verification:
+def _verification(root: Path, plan, policy: str | None, unreadable: dict[str, Any]) -> Verification:
     try:
+        from flashkit.core.errors import FlashkitError
         from flashkit.ledger import gate, store
-
+    except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
+        return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)
+    try:
         ledger = store.load(root, plan.env_id)
         accepts = plan.spec.gpu_evidence
         decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(policy), accepts)
@@ -53,9 +59,10 @@ def _verification(root: Path, plan, policy: str | None) -> Verification:
             decision.reasons,
             tuple(j.line() for j in decision.passed if j.tier in gate.GPU_TIERS),
         )
-    except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
+    except ImportError as exc:  # jsonschema, imported when the first ledger is read
         return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)
-    except Exception as exc:  # a broken ledger must not stop the diagnosis
+    except FlashkitError as exc:  # a broken ledger must not stop the diagnosis (a bug elsewhere surfaces)
+        unreadable[plan.env_id] = exc
         return Verification(f"unknown (ledger unreadable: {str(exc).splitlines()[0]})", False)
 
 
@@ -92,6 +99,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
     lockfiles: dict[str, str | None] = {}
     lock_cuda: dict[str, str | None] = {}
     requirements: dict[str, Any] = {}
+    unreadable: dict[str, Any] = {}
     for s in specs:
         env = str(s.id)
         try:
@@ -100,7 +108,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
             verification[env] = Verification(f"not verified ({str(exc).splitlines()[0]})", False)
             lockfiles[env], lock_cuda[env] = None, None
             continue
-        verification[env] = _verification(root, plan, policy)
+        verification[env] = _verification(root, plan, policy, unreadable)
         lock_cuda[env] = lock_cuda_runtime(plan.locks.runtime)
         try:
             cov = production.coverage(s, production.read(root, s))
@@ -111,4 +119,4 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
         image_lock = paths.rel(root, paths.python_lock_file(root, env, s.python))
         lockfiles[env] = cov.merged_path if cov is not None and cov.merged_path else image_lock
     why = {env: str(exc) for env, exc in broken.items()}
-    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why)
+    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why, unreadable)
