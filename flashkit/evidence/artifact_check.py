@@ -14,8 +14,10 @@ names. ``flashkit verify import-artifact-result ENV result.json`` imports them t
 the report and refuses a result that disagrees with it.
 
 Exit codes: 0 passed; 16 the tier ran and did not pass, or could not run here (the result says why);
-2 usage error (a --cuda-runtime-wheel without its sha256, or without libcudart.so.<CUDA major>); 3 the
-wheel file is missing, or the CUDA runtime wheel is missing or not the pinned file.
+2 usage error (a --cuda-runtime-wheel without its sha256, or without libcudart.so.<CUDA major>; an --out or
+--log whose folder does not exist or cannot be written, checked before anything runs); 3 the wheel file is
+missing, or the CUDA runtime wheel is missing, not the pinned file, or not a wheel that can be unpacked
+safely (:mod:`flashkit.evidence.wheelzip`).
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 
-from flashkit.evidence import devicecode
+from flashkit.evidence import devicecode, wheelzip
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 
 RESULT_SCHEMA = 2
@@ -316,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_PASSED
     args.selftest_args = argv[cut + 1 :]
+    problem = _output_problem(args)
+    if problem:  # before an hour of tests, not when the result is written
+        print(f"artifact_check: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if not os.path.isfile(args.wheel):
         print(f"artifact_check: {args.wheel}: no such wheel file (copy the exported wheel here first)", file=sys.stderr)
         return EXIT_NO_WHEEL
@@ -329,6 +334,21 @@ def main(argv: list[str] | None = None) -> int:
     return write_result(args, result)
 
 
+def _output_problem(args: argparse.Namespace) -> str | None:
+    """Why --out (and --log) cannot be written, or None: its folder must exist and take files."""
+    for flag, path in (("--out", args.out), ("--log", args.log)):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            return f"{flag} {path}: is a folder; name the file to write"
+        if not os.path.isdir(folder):
+            return f"{flag} {path}: the folder {folder} does not exist; make it first"
+        if not os.access(folder, os.W_OK):
+            return f"{flag} {path}: the folder {folder} cannot be written"
+    return None
+
+
 def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] | None:
     """Unpack the pinned CUDA runtime wheel after checking its sha256; point --cuda-runtime at its library.
     (exit code, why) when it cannot: a usage error, or a wheel that is missing or not the pinned file."""
@@ -339,8 +359,10 @@ def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] |
     got = sha256(args.cuda_runtime_wheel)
     if got != args.cuda_runtime_sha256:
         return EXIT_NO_WHEEL, f"{args.cuda_runtime_wheel}: sha256 {got} is not the pinned {args.cuda_runtime_sha256}"
-    with zipfile.ZipFile(args.cuda_runtime_wheel) as zf:
-        zf.extractall(dest)
+    try:
+        wheelzip.extract(args.cuda_runtime_wheel, args.cuda_runtime_wheel, dest)
+    except wheelzip.WheelError as exc:
+        return EXIT_NO_WHEEL, f"the pinned CUDA runtime wheel cannot be unpacked: {exc}"
     libs = [
         os.path.join(d, f)
         for d, _dirs, files in os.walk(dest)
@@ -350,8 +372,9 @@ def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] |
     if not libs:
         return EXIT_USAGE, f"{args.cuda_runtime_wheel} holds no libcudart.so.{args.expect_cuda}"
     args.cuda_runtime = os.path.dirname(sorted(libs)[0])
-    name = os.path.basename(args.cuda_runtime_wheel).split("-")
-    args.cuda_runtime_source = f"{name[0]}=={name[1]} wheel, sha256 {got}"
+    name = os.path.basename(args.cuda_runtime_wheel).removesuffix(".whl").split("-")
+    what = f"{name[0]}=={name[1]}" if len(name) > 1 else os.path.basename(args.cuda_runtime_wheel)
+    args.cuda_runtime_source = f"{what} wheel, sha256 {got}"
     return None
 
 
