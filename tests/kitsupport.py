@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -153,6 +154,39 @@ def cached_build(root: Path, env: str, h: str, wheel: Path, image: str) -> None:
         base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=utc_now(),
     )  # fmt: skip
     write_json_atomic(result_path(root, env, h), res.to_json())
+
+
+# -- the real command, as a process ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def clean(self, code: int) -> bool:
+        """Ended with ``code`` and said why in a message: no traceback, no "internal error" (exit 1)."""
+        text = self.out + self.err
+        return self.code == code and "Traceback" not in text and "internal error" not in text
+
+
+def run_process(*argv: str, cwd: Path, timeout: float = 60) -> Ran:
+    """``python -m ARGV`` with this checkout's flashkit first on the path, in ``cwd``; a process that does not
+    end within ``timeout`` seconds fails the test (it hangs on its input) and is killed."""
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k not in ("FLASHKIT_ROOT", "FLASHKIT_DEBUG")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    try:
+        p = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`python -m {' '.join(argv)[:300]}` did not finish in {timeout:.0f} s: it hangs on its input")
+    return Ran(p.returncode, p.stdout, p.stderr)
+
+
+def run_flashkit(root: Path, *args: str, timeout: float = 60) -> Ran:
+    """`flashkit --repo ROOT ARGS` as a process (see :func:`run_process`), run in ``root``."""
+    return run_process("flashkit.cli", "--repo", str(root), *args, cwd=root, timeout=timeout)
 
 
 # -- actionlint ------------------------------------------------------------------------------------------------

@@ -94,25 +94,25 @@ def read_members(source: str | IO[bytes], shown: str, select: Callable[[str], bo
 
 
 def extract(source: str | IO[bytes], shown: str, dest: str, select: Callable[[str], bool] = bool) -> list[str]:
-    """Write every member ``select`` accepts under ``dest`` (a folder), by its own name; the names written.
-    Every name was checked to stay inside ``dest`` before anything is written."""
-    written = []
+    """Write every member ``select`` accepts under ``dest`` (a folder), by its own name; the names written. Every
+    name was checked to stay inside ``dest`` before anything is written, each member is written only once it has
+    read whole with its CRC, and on any failure the files written so far are removed again: all or nothing."""
+    written: list[str] = []
     try:
         with zipfile.ZipFile(source) as zf:
             for info in members(zf, shown):
-                if not select(info.filename):
+                if not select(info.filename) or info.is_dir():
                     continue
                 target = os.path.join(dest, *info.filename.split("/"))
-                if info.is_dir():
-                    os.makedirs(target, exist_ok=True)
-                    continue
+                data = zf.read(info)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                with zf.open(info) as src, open(target, "wb") as out:
-                    while chunk := src.read(1 << 20):
-                        out.write(chunk)
-                written.append(info.filename)
-    except WheelError:
-        raise
-    except _ZIP_FAILURES as exc:
+                with open(target, "xb") as out:  # x: a name twice, or a file already there, is never overwritten
+                    written.append(target)
+                    out.write(data)
+    except BaseException as exc:
+        for path in written:
+            os.unlink(path)
+        if isinstance(exc, WheelError) or not isinstance(exc, _ZIP_FAILURES):
+            raise
         raise WheelError(f"{shown}: cannot be unpacked ({type(exc).__name__}: {exc})") from None
-    return written
+    return [os.path.relpath(p, dest).replace(os.sep, "/") for p in written]
