@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import os
 import shutil
@@ -187,6 +188,30 @@ def run_process(*argv: str, cwd: Path, timeout: float = 60) -> Ran:
 def run_flashkit(root: Path, *args: str, timeout: float = 60) -> Ran:
     """`flashkit --repo ROOT ARGS` as a process (see :func:`run_process`), run in ``root``."""
     return run_process("flashkit.cli", "--repo", str(root), *args, cwd=root, timeout=timeout)
+
+
+# -- an interpreter with torch ---------------------------------------------------------------------------------
+TORCH_PYTHON = "FLASHKIT_TORCH_PYTHON"
+
+
+@functools.cache
+def torch_python() -> str:
+    """The interpreter with torch (a CPU build is enough) that $FLASHKIT_TORCH_PYTHON names, for the tests that
+    inspect or run one. Unset: the test is skipped, saying how to run it; set to something that cannot import
+    torch: the test fails (a CI that asked for these tests must not pass without them)."""
+    import pytest
+
+    value = os.environ.get(TORCH_PYTHON)
+    if not value:
+        pytest.skip(f"needs a Python with torch: set {TORCH_PYTHON}=/path/to/bin/python (CPU torch is enough), "
+                    "or run `nox -s torch-tests`, which makes one")  # fmt: skip
+    try:
+        probe = subprocess.run([value, "-c", "import torch"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"{TORCH_PYTHON}={value} cannot be run: {exc}")
+    if probe.returncode != 0:
+        pytest.fail(f"{TORCH_PYTHON}={value} cannot import torch: {probe.stderr.strip()[-300:]}")
+    return value
 
 
 # -- actionlint ------------------------------------------------------------------------------------------------

@@ -67,12 +67,30 @@ def sha256(path: str) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[int, str]:
+def _run_split(argv: list[str], env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``argv``; 127 and the reason when it cannot be run or does not finish."""
     try:
         p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, str(exc)
-    return p.returncode, p.stdout + p.stderr
+        return 127, "", str(exc)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[int, str]:
+    rc, out, err = _run_split(argv, env, timeout)
+    return rc, out + err
+
+
+def _probe(code: str, *args: str, env: dict[str, str] | None = None, timeout: int = 600) -> tuple[dict | None, str]:
+    """Run ``python -c code args`` and read the JSON object it prints last on stdout; (None, why) when it fails or
+    prints none. Only stdout is parsed: torch warns on stderr as it imports (no numpy, an old driver)."""
+    rc, out, err = _run_split([sys.executable, "-c", code, *args], env, timeout)
+    lines = out.strip().splitlines()
+    try:
+        value = json.loads(lines[-1]) if rc == 0 and lines else None
+    except ValueError:
+        value = None
+    return (value, "") if isinstance(value, dict) else (None, (out + err).strip()[-500:])
 
 
 def gpu_facts() -> dict[str, str]:
@@ -126,10 +144,10 @@ class Check:
     def host_mismatch(self) -> tuple[str, str] | None:
         """(verdict, why) when this host cannot judge the wheel for the env; None when it can. A host
         whose torch does not import is an error; one with another torch, CUDA or no GPU is not-run."""
-        rc, out = _run([sys.executable, "-c", _TORCH_PROBE], timeout=600)
-        if rc != 0:
-            return "error", f"torch is not importable on this host: {out.strip()[-500:]}"
-        why = self._other_torch(json.loads(out.strip().splitlines()[-1])) or self._other_cuda()
+        facts, out = _probe(_TORCH_PROBE)
+        if facts is None:
+            return "error", f"torch is not importable on this host: {out}"
+        why = self._other_torch(facts) or self._other_cuda()
         return ("not-run", why) if why else None
 
     def _other_torch(self, facts: dict) -> str | None:
@@ -155,10 +173,9 @@ class Check:
             if (self.host.get("torch_cuda") or "").split(".")[0] != want:
                 return f"host torch is built for CUDA {self.host.get('torch_cuda')}, the env for CUDA {want}"
             return None
-        rc, out = _run([sys.executable, "-c", _CUDART_PROBE, want], env=self.env, timeout=120)
-        if rc != 0:
-            return f"no libcudart.so.{want} loads from --cuda-runtime {self.args.cuda_runtime}: {out.strip()[-300:]}"
-        probe = json.loads(out.strip().splitlines()[-1])
+        probe, out = _probe(_CUDART_PROBE, want, env=self.env, timeout=120)
+        if probe is None:
+            return f"no libcudart.so.{want} loads from --cuda-runtime {self.args.cuda_runtime}: {out[-300:]}"
         if probe["rc"] != 0 or probe["version"].split(".")[0] != want:
             return f"libcudart.so.{want} from {self.args.cuda_runtime} reports version {probe['version']} (rc {probe['rc']})"
         self.host["cuda_runtime"] = probe["version"]
@@ -169,10 +186,9 @@ class Check:
 
     def extension_loaded(self, env: dict[str, str]) -> str | None:
         """Why the installed extension did not load as the env's (None when it did, on the expected runtime)."""
-        rc, out = _run([sys.executable, "-c", _EXTENSION_PROBE], env=env, timeout=600)
-        if rc != 0:
-            return f"importing flash_kernels failed: {out.strip()[-500:]}"
-        probe = json.loads(out.strip().splitlines()[-1])
+        probe, out = _probe(_EXTENSION_PROBE, env=env)
+        if probe is None:
+            return f"importing flash_kernels failed: {out}"
         if not probe["built"]:
             return f"the CUDA extension did not load ({probe['error']}): the suite would judge only Triton"
         want = f"libcudart.so.{self.args.expect_cuda}"
