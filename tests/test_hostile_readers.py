@@ -42,7 +42,7 @@ def forged_relation(root: Path) -> str:
     return dataclasses.replace(fake, relation=RELATION_DEVICE_CODE, device_code=CODE.digest).line()
 
 
-# -- a ledger that does not read: the same exit code from ledger show, matrix and site -------------------------
+# -- a ledger that does not read: the same exit code from ledger show, matrix, site and wheelhouse --all --------
 def _fill(root: Path, env: str, data: bytes) -> None:
     p = store.ledger_path(root, env)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,8 @@ def test_a_ledger_that_does_not_read_gives_one_exit_code_everywhere(make, kit_re
     show = run_flashkit(kit_repo, "ledger", "show", env)
     matrix = run_flashkit(kit_repo, "matrix")
     site = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"))
-    for r in (show, matrix, site):
+    index = run_flashkit(kit_repo, "wheelhouse", "--all", "--out", str(tmp_path / "wheels"))
+    for r in (show, matrix, site, index):
         assert r.clean(code), (r.code, r.err[-600:])
     assert f"{env}: ledger unreadable" in matrix.err and f"{env}: its row has no verdicts" in site.err
     assert (tmp_path / "site" / "index.html").is_file()  # the page is made from the other envs

@@ -178,7 +178,9 @@ def _wheelhouse_all(r: Path, out: Path, policy) -> int:
     )
     if broken:  # the index holds the others; the exit code still says that not every env could be read
         raise broken_specs(broken)
-    return 0
+    # An env skipped because its ledger does not read is not "not verified": its code, as ledger show gives it.
+    unreadable = store.unreadable(r, [str(s.id) for s in specs])
+    return min((exc.exit_code for exc in unreadable.values()), default=0)
 
 
 def _env_wheelhouse(folder: Path) -> bool:
