@@ -128,6 +128,16 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "tests", *args)
 
 
+@nox.session(name="torch-tests", venv_backend="virtualenv")
+def torch_tests(session: nox.Session) -> None:
+    """Kit tests that inspect an interpreter with torch (doctor --python, the GPU host's torch check): torch CPU."""
+    _kit(session)
+    # pip (not uv), as kernels-cpu: PIP_FIND_LINKS and the CPU wheel of torch on this host are honoured.
+    session.install("torch==2.13.0")
+    python = session.run("python", "-c", "import sys; print(sys.executable)", silent=True).strip()
+    session.run("pytest", "tests", "-m", "torch_python", *session.posargs, env={"FLASHKIT_TORCH_PYTHON": python})
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff on the kit and the kernels, then hadolint on every env's rendered Dockerfile."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import functools
 import hashlib
 import os
 import shutil
@@ -153,6 +155,63 @@ def cached_build(root: Path, env: str, h: str, wheel: Path, image: str) -> None:
         base_image_id=None, built=True, seconds=0.0, log_path="l", context={}, date=utc_now(),
     )  # fmt: skip
     write_json_atomic(result_path(root, env, h), res.to_json())
+
+
+# -- the real command, as a process ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def clean(self, code: int) -> bool:
+        """Ended with ``code`` and said why in a message: no traceback, no "internal error" (exit 1)."""
+        text = self.out + self.err
+        return self.code == code and "Traceback" not in text and "internal error" not in text
+
+
+def run_process(*argv: str, cwd: Path, timeout: float = 60) -> Ran:
+    """``python -m ARGV`` with this checkout's flashkit first on the path, in ``cwd``; a process that does not
+    end within ``timeout`` seconds fails the test (it hangs on its input) and is killed."""
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k not in ("FLASHKIT_ROOT", "FLASHKIT_DEBUG")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    try:
+        p = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`python -m {' '.join(argv)[:300]}` did not finish in {timeout:.0f} s: it hangs on its input")
+    return Ran(p.returncode, p.stdout, p.stderr)
+
+
+def run_flashkit(root: Path, *args: str, timeout: float = 60) -> Ran:
+    """`flashkit --repo ROOT ARGS` as a process (see :func:`run_process`), run in ``root``."""
+    return run_process("flashkit.cli", "--repo", str(root), *args, cwd=root, timeout=timeout)
+
+
+# -- an interpreter with torch ---------------------------------------------------------------------------------
+TORCH_PYTHON = "FLASHKIT_TORCH_PYTHON"
+
+
+@functools.cache
+def torch_python() -> str:
+    """The interpreter with torch (a CPU build is enough) that $FLASHKIT_TORCH_PYTHON names, for the tests that
+    inspect or run one. Unset: the test is skipped, saying how to run it; set to something that cannot import
+    torch: the test fails (a CI that asked for these tests must not pass without them)."""
+    import pytest
+
+    value = os.environ.get(TORCH_PYTHON)
+    if not value:
+        pytest.skip(f"needs a Python with torch: set {TORCH_PYTHON}=/path/to/bin/python (CPU torch is enough), "
+                    "or run `nox -s torch-tests`, which makes one")  # fmt: skip
+    try:
+        probe = subprocess.run([value, "-c", "import torch"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"{TORCH_PYTHON}={value} cannot be run: {exc}")
+    if probe.returncode != 0:
+        pytest.fail(f"{TORCH_PYTHON}={value} cannot import torch: {probe.stderr.strip()[-300:]}")
+    return value
 
 
 # -- actionlint ------------------------------------------------------------------------------------------------

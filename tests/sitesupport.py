@@ -17,7 +17,7 @@ ENV = "cu130-torch211"
 
 def hostile_checkout(root: Path) -> None:
     """Facts at ``root``'s current input hash of ENV with PAYLOAD in every free-text field the page shows
-    (a verdict's reasons, each host fact, its evidence and context; a publication's policy and attestation
+    (a verdict's reasons, each host fact and its context; a publication's policy and attestation
     predicate), and a benchmark result with it in every string and in a shape field."""
     from flashkit.core.names import Tier, Verdict
     from flashkit.ledger import store
@@ -41,7 +41,7 @@ def hostile_checkout(root: Path) -> None:
             host=host,
             source="build-host",
             context={"image_id": art.image_id, "note": PAYLOAD},
-            evidence={"junit": PAYLOAD},
+            evidence={"junit_sha256": "0" * 64},  # digests only: the schema refuses any other text there
         )
         for t in ("build", "abi", "cpu", "artifact-gpu")
     ]

@@ -1,7 +1,8 @@
 """``python -m flashkit.doctor`` end to end, as a subprocess, on this host's real environments.
 
 - the interpreter running the tests (no torch in the kit's venv),
-- /work/venvs/kern (torch 2.13 CPU) when it exists, through --python and as the runner itself,
+- an interpreter with torch (CPU is enough) named by $FLASHKIT_TORCH_PYTHON, through --python and as the runner
+  itself (unset: those tests are skipped and say so; `nox -s torch-tests` makes one and runs them),
 - torch packages that are broken for real (their import raises, or kills the interpreter),
 - an installed flash_kernels whose compiled module was built against another libc10_cuda.so.
 """
@@ -18,9 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from kitsupport import torch_python
 
 REPO = Path(__file__).resolve().parents[1]
-KERN_PYTHON = Path("/work/venvs/kern/bin/python")
 FIXTURES = Path(__file__).parent / "fixtures" / "elf"
 _spec = importlib.util.spec_from_file_location("elf_fixture_build", FIXTURES / "build.py")
 build = importlib.util.module_from_spec(_spec)
@@ -72,33 +73,31 @@ def test_no_torch_human_and_json(tmp_path):
     assert data["recommendation"]["env"]
 
 
-@pytest.mark.skipif(not KERN_PYTHON.exists(), reason="/work/venvs/kern (torch CPU) not on this host")
+@pytest.mark.torch_python
 def test_inspects_another_interpreter_with_torch():
-    if not _has_torch(str(KERN_PYTHON)):
-        pytest.skip("the kern venv has no torch installed")
-    data = as_json(doctor("--json", "--python", str(KERN_PYTHON)))
+    torch_py = torch_python()
+    data = as_json(doctor("--json", "--python", torch_py))
     t = data["facts"]["torch"]
     assert t["imported"] is True and t["version"].startswith("2.")
     assert t["cuda"] is None and t["cxx11_abi"] is True
     assert any("libtorch_cpu.so" in p for p in t["loaded_libraries"])
-    assert data["facts"]["interpreter"]["executable"] == str(KERN_PYTHON)
+    assert data["facts"]["interpreter"]["executable"] == torch_py
     assert "torch-missing" not in [f["code"] for f in data["findings"]]
     assert data["exit_code"] in (0, 2), data["findings"]
 
 
-@pytest.mark.skipif(not KERN_PYTHON.exists(), reason="/work/venvs/kern (torch CPU) not on this host")
+@pytest.mark.torch_python
 def test_runs_inside_an_interpreter_without_its_optional_dependencies():
-    """kern has torch but may lack pyyaml/rich/pyelftools: doctor still answers and says what it skipped."""
-    if not _has_torch(str(KERN_PYTHON)):
-        pytest.skip("the kern venv has no torch installed")
-    proc = doctor(python=str(KERN_PYTHON))
+    """The torch interpreter may lack pyyaml/rich/pyelftools: doctor still answers and says what it skipped."""
+    torch_py = torch_python()
+    proc = doctor(python=torch_py)
     assert proc.returncode in (0, 1, 2), proc.stderr
     assert "Traceback" not in proc.stderr
     assert "torch    2." in proc.stdout or "2.1" in proc.stdout
     missing = {
         name
         for name in ("elftools", "yaml")
-        if subprocess.run([str(KERN_PYTHON), "-c", f"import {name}"], capture_output=True).returncode
+        if subprocess.run([torch_py, "-c", f"import {name}"], capture_output=True).returncode
     }
     if "yaml" in missing:
         assert "no recommendation" in proc.stdout
@@ -158,16 +157,15 @@ def test_installed_module_built_against_another_torch(tmp_path):
     assert data["exit_code"] == 20
 
 
-@pytest.mark.skipif(not KERN_PYTHON.exists(), reason="/work/venvs/kern (torch CPU) not on this host")
+@pytest.mark.torch_python
 def test_import_error_of_the_module_is_reported_with_its_cause(tmp_path):
-    if not _has_torch(str(KERN_PYTHON)):
-        pytest.skip("the kern venv has no torch installed")
+    torch_py = torch_python()
     site = tmp_path / "site"
     try:
-        built = build.flash_package(site, ext_suffix=_ext_suffix(str(KERN_PYTHON)))
+        built = build.flash_package(site, ext_suffix=_ext_suffix(torch_py))
     except build.ToolMissing as exc:
         pytest.skip(str(exc))
-    data = as_json(doctor("--json", "--python", str(KERN_PYTHON), pythonpath=(str(site),)))
+    data = as_json(doctor("--json", "--python", torch_py, pythonpath=(str(site),)))
     mod = next(m for m in data["facts"]["modules"] if m["path"] == str(built["module"]))
     assert mod["import_tried"] and "undefined symbol: _ZN3c104cuda9SetDeviceEi" in mod["import_error"]
     codes = [(f["code"], f["subject"]) for f in data["findings"]]
@@ -242,20 +240,19 @@ def test_torch_whose_import_hangs(tmp_path):
     assert f["cause"] == "import torch hung or crashed the interpreter"
 
 
-@pytest.mark.skipif(not KERN_PYTHON.exists(), reason="/work/venvs/kern (torch CPU) not on this host")
+@pytest.mark.torch_python
 def test_doctor_never_imports_torch_in_its_own_process():
-    if not _has_torch(str(KERN_PYTHON)):
-        pytest.skip("the kern venv has no torch installed")
+    torch_py = torch_python()
     code = (
         "import sys\n"
-        "from flashkit import doctor, probe\n"
+        "from flashkit.doctor import diagnose, probe\n"
         "facts = probe.probe()\n"
         "assert facts.torch.imported, facts.torch\n"
-        "doctor.diagnose(facts)\n"
+        "diagnose.diagnose(facts)\n"
         "sys.exit(1 if 'torch' in sys.modules else 0)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([str(KERN_PYTHON), "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    proc = subprocess.run([torch_py, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -90,7 +90,9 @@ def test_key_generate_into_a_file_or_an_uncreatable_folder_is_a_key_error(cli, t
     r = cli("key", "generate", str(f))
     assert r.code == KeyFileError.exit_code and "is not a folder" in r.err
     r = cli("key", "generate", "/proc/self/no/such/folder")
-    assert r.code == KeyFileError.exit_code and "cannot be created" in r.err and "Traceback" not in r.err
+    assert r.code == KeyFileError.exit_code and "lies under /proc" in r.err and "Traceback" not in r.err
+    r = cli("key", "generate", str(f / "keys"))
+    assert r.code == KeyFileError.exit_code and f"{f} is not a folder" in r.err
 
 
 # --- gc: only flashkit's own images, whatever --prefix says

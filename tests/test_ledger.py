@@ -82,7 +82,7 @@ def test_an_edited_line_no_longer_matches_its_id(tmp_path):
     "text, needle",
     [
         ("[1, 2]\n", "field (the fact)"),
-        ('{"kind": "artifact", "schema": 2', "not a JSON object"),
+        ('{"kind": "artifact", "schema": 2', "not valid JSON"),
         ("\xff\n", "not UTF-8"),
     ],
 )

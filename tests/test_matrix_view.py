@@ -8,6 +8,7 @@ import json
 import pytest
 from kitsupport import H1, artifact, digest, full_ledger, input_hash, verdict
 
+from flashkit.core.errors import RecordError
 from flashkit.ledger import store
 from flashkit.ledger.model import Publication
 
@@ -89,8 +90,10 @@ def test_wide_and_json_have_the_details(cli, recorded):
 
 
 def test_an_unreadable_ledger_is_shown_not_hidden(cli, recorded):
+    """The other envs are shown; the exit code is the ledger's, as `flashkit ledger show` exits for it."""
     store.ledger_path(recorded, "cu124-torch26").write_text("{not json\n")
     r = cli("--repo", str(recorded), "matrix")
-    assert r.code == 0
+    assert r.code == RecordError.exit_code == cli("--repo", str(recorded), "ledger", "show", "cu124-torch26").code
+    assert "cu124-torch26: ledger unreadable: verified/cu124-torch26.jsonl:1: not valid JSON" in r.err
     assert "?????" in next(x for x in r.out.splitlines() if x.startswith("cu124-torch26 "))
     assert all(len(x) <= 80 for x in r.out.splitlines())

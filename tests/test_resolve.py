@@ -320,3 +320,21 @@ def test_the_seed_user_fits(cli, kit_repo):
     r = cli("--repo", str(kit_repo), "resolve", "--torch", "2.7.1", "--cuda", "12.6", "--python", "3.11")
     assert r.code == 0, r.err
     assert r.out == "pip install --require-hashes -r https://flash.example/requirements/cu124-torch27/py3.11.txt\n"
+
+
+def test_a_5000_digit_torch_is_a_usage_error(cli, kit_repo):
+    r = resolve(cli, kit_repo, "--torch", "2." + "9" * 5000, "--python", "3.12")
+    assert r.code == 2 and "--torch" in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_an_unreadable_ledger_gives_its_own_exit_code_after_the_answer(cli, verified, json_out):
+    """As `flashkit ledger show` gives it (14): the answer among the other envs is still printed."""
+    repo, _ = verified
+    (repo / "verified" / "cu124-torch27.jsonl").write_text('{"kind": "artifact", "not": "a fact"}\n')
+    r = resolve(cli, repo, "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12", *(["--json"] if json_out else []))
+    assert r.code == 14, r.err
+    assert "cu124-torch27: ledger unreadable" in r.err
+    assert (json.loads(r.out)["fits"][0]["env"] if json_out else r.out.split()[-1]).startswith(
+        ENV if json_out else "https://flash.example/"
+    )

@@ -295,7 +295,7 @@ def test_a_failed_write_leaves_the_old_site(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "write_bytes", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(UsageError, match=r"--out .*: cannot write it: No space left on device"):
         render.write_site(out, {render.MARKER: b"m", "index.html": b"two"})
     monkeypatch.undo()
     assert (out / "index.html").read_bytes() == b"one"

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path
 
 from flashkit.cli.common import plans, root, say
-from flashkit.core import paths
+from flashkit.core import paths, safeio
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import NotVerified, RecordError, UsageError
 from flashkit.core.names import Tier
@@ -68,17 +67,21 @@ def cmd_show(r: Path, plan: Plan) -> int:
     print(f"{plan.env_id}: triton-aot {v.verdict} on {v.date[:10]}, triton {v.context.get('triton')}")
     for reason in v.reasons:
         print(f"  {reason}")
-    print(triton_aot.table(json.loads(data)))
+    report = safeio.parse_json(data, shown=f"the report of verdict {v.id[7:19]}", what="report", error=RecordError)
+    print(triton_aot.table(report if isinstance(report, dict) else {}))
     return 0 if v.passed else NotVerified.exit_code
+
+
+MAX_REPORT_BYTES = 64 * safeio.MIB
 
 
 def _report_of(r: Path, v) -> bytes:
     """The report verdict ``v`` names, beside the ledger; RecordError when it is missing or not those bytes."""
     sha = v.evidence.get("report_sha256", "")
     path = record.evidence_path(r, sha)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise RecordError(f"verdict {v.id[7:19]} names the report {sha}, which is not in {paths.rel(r, path.parent)}")
-    data = path.read_bytes()
+    data = safeio.read_bytes(path, what="triton-aot report", error=RecordError, max_bytes=MAX_REPORT_BYTES, root=r)
     if hashlib.sha256(data).hexdigest() != sha:
         raise RecordError(f"{paths.rel(r, path)} is not the report verdict {v.id[7:19]} names (its sha256 differs)")
     return data

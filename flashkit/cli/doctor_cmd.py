@@ -149,13 +149,9 @@ def load_facts(path: Path) -> probe.Facts:
     from flashkit.core.errors import FlashkitError
 
     try:
-        data = json.loads(
-            safeio.read_text(Path(path), what="facts file", error=FlashkitError, max_bytes=64 * safeio.MIB)
-        )
+        data = safeio.read_json(Path(path), what="facts file", error=FlashkitError, max_bytes=64 * safeio.MIB)
     except FlashkitError as exc:
         raise ValueError(f"--facts {exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"--facts {path}: cannot read JSON: {exc}") from None
     if not isinstance(data, dict) or "facts" not in data:
         raise ValueError(f"--facts {path}: no 'facts' object; write one with `python -m flashkit.doctor.probe -o FILE`")
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flashkit.cli.common import add_install_engine_option, plans, root, say
 from flashkit.cli.image_cmd import add_site_options, build_options
-from flashkit.core import paths
+from flashkit.core import outputs, paths
 from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishRefused, RecordError, UsageError
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
@@ -178,17 +178,24 @@ def _wheelhouse_all(r: Path, out: Path, policy) -> int:
     )
     if broken:  # the index holds the others; the exit code still says that not every env could be read
         raise broken_specs(broken)
-    return 0
+    # An env skipped because its ledger does not read is not "not verified": its code, as ledger show gives it.
+    unreadable = store.unreadable(r, [str(s.id) for s in specs])
+    return min((exc.exit_code for exc in unreadable.values()), default=0)
+
+
+def _env_wheelhouse(folder: Path) -> bool:
+    return (folder / "requirements.txt").is_file() and (folder / "simple").is_dir()
 
 
 def cmd_wheelhouse(args) -> int:
     r = root(args)
     policy = gate.parse_policy(args.policy)
-    out = args.out if args.out.is_absolute() else r / args.out
+    out = outputs.check_path(args.out if args.out.is_absolute() else r / args.out, flag="--out")
     if args.all:
         if args.envs or args.wheel:
             raise UsageError("--all takes every env's own verified wheel; give no env ids and no --wheel with it")
-        return _wheelhouse_all(r, out, policy)
+        with outputs.writing(out, flag="--out"):
+            return _wheelhouse_all(r, out, policy)
     if not args.envs:
         raise UsageError("name the env(s) to export, e.g. `flashkit wheelhouse cu130-torch211`, or pass --all")
     if args.wheel and len(args.envs) != 1:
@@ -196,8 +203,11 @@ def cmd_wheelhouse(args) -> int:
     # Check every env before writing any: a refusal leaves the whole wheelhouse as it was.
     wheel = Path(args.wheel) if args.wheel else None
     checked = [_checked_wheelhouse(r, plan, policy, wheel) for plan in plans(r, args, names="envs")]
+    for vw, _files in checked:  # each <out>/<env> is replaced whole: only a wheelhouse flashkit wrote
+        outputs.check_folder(out / vw.env, flag="--out", ours=_env_wheelhouse, what="`flashkit wheelhouse` wrote")
     for vw, files in checked:
-        dest = wheelhouse.write_env_wheelhouse(out, vw, files)
+        with outputs.writing(out, flag="--out"):
+            dest = wheelhouse.write_env_wheelhouse(out, vw, files)
         pythons = sorted((f[2:-4] for f in files if f.startswith("py")), key=production.vkey)
         say(f"{vw.env}: {dest}/requirements.txt for Python {', '.join(pythons)} ({vw.path.name} sha256 {vw.sha256})")
     return 0

@@ -36,8 +36,9 @@ def short_local(local: str) -> str:
     return local.replace("torch", "t").replace("cxx11abitrue", "-cxx11").replace("cxx11abifalse", "-precxx11")
 
 
-def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
-    """Every env's row, in id order; a spec that does not validate is a row with its error."""
+def _matrix_rows(r: Path, unreadable: dict[str, FlashkitError]) -> list[matrix.MatrixRow]:
+    """Every env's row, in id order; a spec that does not validate is a row with its error, and a ledger that
+    does not read a row that says so (its error in ``unreadable``)."""
     specs, broken = load_each(r)
     rows = [matrix.invalid_row(env, str(exc)) for env, exc in broken.items()]
     for spec in specs:
@@ -58,6 +59,7 @@ def _matrix_rows(r: Path) -> list[matrix.MatrixRow]:
                 seen = matrix.LedgerView(s.tiers, s.wheel, s.published, s.device_code, s.gpu_how)
             except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
                 status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
+                unreadable[str(spec.id)] = exc
         cov = production.coverage(spec, prod)
         rows.append(matrix.row(spec, plan, status, cov, prod_problems, seen))
     return sorted(rows, key=lambda row: row.env)
@@ -161,9 +163,12 @@ def wide(rows: list[matrix.MatrixRow], verbose: bool) -> None:
 
 
 def cmd_matrix(args) -> int:
-    rows = _matrix_rows(root(args))
-    # A broken spec (3) is more fundamental than a rule's rejection (4), as in `flashkit validate`.
-    code = 3 if any(r.verdict == "invalid" for r in rows) else 4 if any(r.verdict == "rejected" for r in rows) else 0
+    unreadable: dict[str, FlashkitError] = {}
+    rows = _matrix_rows(root(args), unreadable)
+    # A broken spec (3) is more fundamental than a rule's rejection (4), as in `flashkit validate`, and both
+    # than a ledger that does not read (its own code, as `flashkit ledger show` exits: 14, or 34).
+    codes = [3] * any(r.verdict == "invalid" for r in rows) + [4] * any(r.verdict == "rejected" for r in rows)
+    code = min(codes + [exc.exit_code for exc in unreadable.values()], default=0)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True))
     elif args.wide or args.verbose:
@@ -173,6 +178,8 @@ def cmd_matrix(args) -> int:
     for r in rows:
         if r.error:
             say(r.error)
+    for env, exc in unreadable.items():
+        say(f"{env}: ledger unreadable: {exc}")
     return code
 
 

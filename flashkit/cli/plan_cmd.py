@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from flashkit.cli.common import mem, plans, root, say, specs
-from flashkit.core import paths, procs
+from flashkit.core import outputs, paths, procs
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, NotPublished, ToolError, UsageError
 from flashkit.plan import bake, ci_matrix, ci_workflow, kit_lock, production, rules
@@ -23,19 +23,19 @@ from flashkit.resolver import uv as resolve
 
 
 def write_output(target: str, text: str) -> None:
-    """``-o PATH``: written whole or not at all. Missing parent folders are made, and removed again
-    when the write fails, so a failed command leaves nothing behind; a directory is never replaced."""
-    path = Path(target)
-    if path.is_dir():
-        raise UsageError(f"-o {target}: is a directory; name the file to write")
+    """``-o PATH``: written whole or not at all, where every output may go (:mod:`flashkit.core.outputs`).
+    Missing parent folders are made, and removed again when the write fails, so a failed command leaves
+    nothing behind; a directory is never replaced."""
+    path = outputs.check_file(target, flag="-o")
     missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     try:
-        write_text_atomic(path, text)
-    except OSError as exc:
+        with outputs.writing(path, flag="-o"):
+            write_text_atomic(path, text)
+    except FlashkitError:
         for d in missing:  # deepest first: only the folders this call made, and only if still empty
             with contextlib.suppress(OSError):
                 d.rmdir()
-        raise UsageError(f"-o {target}: cannot write it: {exc.strerror or exc}") from None
+        raise
 
 
 def _require_consistent_production(r: Path, spec) -> None:

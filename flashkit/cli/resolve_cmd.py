@@ -11,7 +11,7 @@ import json
 import sys
 
 from flashkit.cli.common import root, say
-from flashkit.core.errors import NoVerifiedFit, SpecError, UsageError
+from flashkit.core.errors import SpecError, UsageError
 from flashkit.doctor import repo as repo_facts
 from flashkit.doctor import resolve_text
 from flashkit.doctor.model import Query
@@ -43,11 +43,18 @@ def run(args) -> int:
         for why in facts.broken.values():
             say(f"left out, its spec does not validate: {why}")
         print(json.dumps({**res.to_json(), "broken_specs": facts.broken}, indent=2, sort_keys=True))
-        # The answer among the other envs is still given, but a broken spec may be the env that fits: exit 3.
-        return SpecError.exit_code if facts.broken else (0 if res.fits else NoVerifiedFit.exit_code)
-    for stream, line in text.lines:
-        print(line, file=sys.stdout if stream == resolve_text.OUT else sys.stderr)
-    if text.error is not None:
+    else:
+        for stream, line in text.lines:
+            print(line, file=sys.stdout if stream == resolve_text.OUT else sys.stderr)
+    # The answer among the other envs is given either way; but a broken spec (3) or a ledger that does not read
+    # (its own code, as `flashkit ledger show` gives) may be the env that fits, and the exit code says so.
+    if facts.unreadable and not facts.broken:
+        if text.error is not None and not args.json:
+            say(f"flashkit: error: {text.error}")
+        for env, exc in sorted(facts.unreadable.items()):
+            say(f"{env}: ledger unreadable: {str(exc).splitlines()[0]}")
+        return min(exc.exit_code for exc in facts.unreadable.values())
+    if text.error is not None and not args.json:
         raise text.error
     return text.exit_code
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from flashkit.cli.common import root
+from flashkit.core import outputs
 from flashkit.core.errors import KeyFileError, SpecError
 from flashkit.ledger import gate
 from flashkit.publish import attest
@@ -18,6 +19,7 @@ def cmd_key(args) -> int:
         repo = root(args)
     except SpecError:  # not inside a checkout: nothing to keep the key out of
         repo = None
+    outputs.check_path(args.folder, flag="key generate", error=KeyFileError)
     priv, pub = attest.generate_keys(Path(args.folder), repo)
     print(f"private key {priv} (mode 0600): keep it out of the repository; publishers set {attest.SIGNING_KEY_ENV}")
     print(f"public key  {pub}: give it to users (`flashkit verify-image REF --key {pub.name}`)")

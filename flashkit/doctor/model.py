@@ -21,8 +21,9 @@ MIN_DRIVER_FOR_CUDA = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 
 def vkey(text: str) -> tuple[int, ...]:
-    """A version's numbers, for ordering: "580.65.06" -> (580, 65, 6)."""
-    return tuple(int(x) for x in re.findall(r"\d+", text))
+    """A version's numbers, for ordering: "580.65.06" -> (580, 65, 6). A number longer than any version's is
+    taken as the largest (int() of one over 4300 digits raises, and takes quadratic time below that)."""
+    return tuple(int(x) if len(x) <= 30 else 10**30 for x in re.findall(r"\d+", text))
 
 
 def capability(text: str) -> tuple[int, int]:

@@ -147,11 +147,11 @@ def _score_torch_version(s: _Score, spec, version: str) -> None:
 
 def _release(text: str) -> tuple[tuple[int, ...], object] | None:
     """A torch version's release numbers and pre-release part; None when it is not a version."""
-    from packaging.version import InvalidVersion, Version  # here: see the TYPE_CHECKING note above
+    from packaging.version import Version  # here: see the TYPE_CHECKING note above
 
     try:
         v = Version(text)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past Python's 4300-digit conversion limit
         return None
     return (v.release, v.pre) if len(v.release) >= 2 else None
 

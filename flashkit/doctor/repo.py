@@ -29,6 +29,9 @@ class RepoFacts:
     broken: dict[str, str] = dataclasses.field(default_factory=dict)  # env -> why its spec does not validate
     # env -> its current wheel publication (flashkit.ledger.model.WheelPublication), verified envs only
     wheel_publications: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # env -> the error of its ledger, which does not read: its verification says "unknown", and a command
+    # exits with the error's code after answering from the others (as `flashkit ledger show` does for it).
+    unreadable: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def lock_cuda_runtime(lock_text: str) -> str | None:
@@ -64,11 +67,18 @@ def published_coverage(cov, pub) -> Any:
 
 
 def _verification(
-    root: Path, plan, policy: str | None, wheel_pubs: dict[str, tuple[str | None, list[Any]]]
+    root: Path,
+    plan,
+    policy: str | None,
+    wheel_pubs: dict[str, tuple[str | None, list[Any]]],
+    unreadable: dict[str, Any],
 ) -> Verification:
     try:
+        from flashkit.core.errors import FlashkitError
         from flashkit.ledger import gate, store
-
+    except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
+        return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)
+    try:
         ledger = store.load(root, plan.env_id)
         wheel_pubs[plan.env_id] = (plan.input_hash, ledger.wheel_publications())
         accepts = plan.spec.gpu_evidence
@@ -84,9 +94,10 @@ def _verification(
             decision.reasons,
             tuple(j.line() for j in decision.passed if j.tier in gate.GPU_TIERS),
         )
-    except ImportError as exc:  # a bare GPU host without jsonschema/filelock: say so, do not guess
+    except ImportError as exc:  # jsonschema, imported when the first ledger is read
         return Verification(f"unknown (the ledger needs flashkit's dependencies: {exc})", False)
-    except Exception as exc:  # a broken ledger must not stop the diagnosis
+    except FlashkitError as exc:  # a broken ledger must not stop the diagnosis (a bug elsewhere surfaces)
+        unreadable[plan.env_id] = exc
         return Verification(f"unknown (ledger unreadable: {str(exc).splitlines()[0]})", False)
 
 
@@ -124,6 +135,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
     lock_cuda: dict[str, str | None] = {}
     requirements: dict[str, Any] = {}
     wheel_pubs: dict[str, tuple[str | None, list[Any]]] = {}
+    unreadable: dict[str, Any] = {}
     for s in specs:
         env = str(s.id)
         try:
@@ -132,7 +144,7 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
             verification[env] = Verification(f"not verified ({str(exc).splitlines()[0]})", False)
             lockfiles[env], lock_cuda[env] = None, None
             continue
-        verification[env] = _verification(root, plan, policy, wheel_pubs)
+        verification[env] = _verification(root, plan, policy, wheel_pubs, unreadable)
         lock_cuda[env] = lock_cuda_runtime(plan.locks.runtime)
         try:
             cov = production.coverage(s, production.read(root, s))
@@ -150,4 +162,4 @@ def load(repo: Path | None, policy: str | None = None) -> RepoFacts:
     for env, pub in live.items():
         requirements[env] = published_coverage(requirements[env], pub)
     why = {env: str(exc) for env, exc in broken.items()}
-    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why, live)
+    return RepoFacts(specs, verification, lockfiles, lock_cuda, None, requirements, why, live, unreadable)

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from flashkit.core.errors import FlashkitError, NotPublished, NoVerifiedFit, SpecError, UsageError
 from flashkit.doctor.fit import EnvAnswer, Resolution, resolve
@@ -52,7 +52,7 @@ def parse_query(torch: str, *, cuda: str | None, rocm: str | None, python: str, 
     """
     try:
         version = Version(torch)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number longer than Python converts (a 5000-digit version)
         version = None
     if version is None or len(version.release) < 2:
         raise UsageError(f"--torch {torch}: give a torch version such as 2.9.1, 2.9.1+cu128 or 2.10.0a0+b4e4ee81d3")

@@ -14,8 +14,10 @@ names. ``flashkit verify import-artifact-result ENV result.json`` imports them t
 the report and refuses a result that disagrees with it.
 
 Exit codes: 0 passed; 16 the tier ran and did not pass, or could not run here (the result says why);
-2 usage error (a --cuda-runtime-wheel without its sha256, or without libcudart.so.<CUDA major>); 3 the
-wheel file is missing, or the CUDA runtime wheel is missing or not the pinned file.
+2 usage error (a --cuda-runtime-wheel without its sha256, or without libcudart.so.<CUDA major>; an --out or
+--log whose folder does not exist or cannot be written, checked before anything runs); 3 the wheel file is
+missing, or the CUDA runtime wheel is missing, not the pinned file, or not a wheel that can be unpacked
+safely (:mod:`flashkit.evidence.wheelzip`).
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 
-from flashkit.evidence import devicecode
+from flashkit.evidence import devicecode, wheelzip
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 
 RESULT_SCHEMA = 2
@@ -66,12 +67,30 @@ def sha256(path: str) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[int, str]:
+def _run_split(argv: list[str], env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``argv``; 127 and the reason when it cannot be run or does not finish."""
     try:
         p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, str(exc)
-    return p.returncode, p.stdout + p.stderr
+        return 127, "", str(exc)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, timeout: int = 3600) -> tuple[int, str]:
+    rc, out, err = _run_split(argv, env, timeout)
+    return rc, out + err
+
+
+def _probe(code: str, *args: str, env: dict[str, str] | None = None, timeout: int = 600) -> tuple[dict | None, str]:
+    """Run ``python -c code args`` and read the JSON object it prints last on stdout; (None, why) when it fails or
+    prints none. Only stdout is parsed: torch warns on stderr as it imports (no numpy, an old driver)."""
+    rc, out, err = _run_split([sys.executable, "-c", code, *args], env, timeout)
+    lines = out.strip().splitlines()
+    try:
+        value = json.loads(lines[-1]) if rc == 0 and lines else None
+    except ValueError:
+        value = None
+    return (value, "") if isinstance(value, dict) else (None, (out + err).strip()[-500:])
 
 
 def gpu_facts() -> dict[str, str]:
@@ -125,10 +144,10 @@ class Check:
     def host_mismatch(self) -> tuple[str, str] | None:
         """(verdict, why) when this host cannot judge the wheel for the env; None when it can. A host
         whose torch does not import is an error; one with another torch, CUDA or no GPU is not-run."""
-        rc, out = _run([sys.executable, "-c", _TORCH_PROBE], timeout=600)
-        if rc != 0:
-            return "error", f"torch is not importable on this host: {out.strip()[-500:]}"
-        why = self._other_torch(json.loads(out.strip().splitlines()[-1])) or self._other_cuda()
+        facts, out = _probe(_TORCH_PROBE)
+        if facts is None:
+            return "error", f"torch is not importable on this host: {out}"
+        why = self._other_torch(facts) or self._other_cuda()
         return ("not-run", why) if why else None
 
     def _other_torch(self, facts: dict) -> str | None:
@@ -154,10 +173,9 @@ class Check:
             if (self.host.get("torch_cuda") or "").split(".")[0] != want:
                 return f"host torch is built for CUDA {self.host.get('torch_cuda')}, the env for CUDA {want}"
             return None
-        rc, out = _run([sys.executable, "-c", _CUDART_PROBE, want], env=self.env, timeout=120)
-        if rc != 0:
-            return f"no libcudart.so.{want} loads from --cuda-runtime {self.args.cuda_runtime}: {out.strip()[-300:]}"
-        probe = json.loads(out.strip().splitlines()[-1])
+        probe, out = _probe(_CUDART_PROBE, want, env=self.env, timeout=120)
+        if probe is None:
+            return f"no libcudart.so.{want} loads from --cuda-runtime {self.args.cuda_runtime}: {out[-300:]}"
         if probe["rc"] != 0 or probe["version"].split(".")[0] != want:
             return f"libcudart.so.{want} from {self.args.cuda_runtime} reports version {probe['version']} (rc {probe['rc']})"
         self.host["cuda_runtime"] = probe["version"]
@@ -168,10 +186,9 @@ class Check:
 
     def extension_loaded(self, env: dict[str, str]) -> str | None:
         """Why the installed extension did not load as the env's (None when it did, on the expected runtime)."""
-        rc, out = _run([sys.executable, "-c", _EXTENSION_PROBE], env=env, timeout=600)
-        if rc != 0:
-            return f"importing flash_kernels failed: {out.strip()[-500:]}"
-        probe = json.loads(out.strip().splitlines()[-1])
+        probe, out = _probe(_EXTENSION_PROBE, env=env)
+        if probe is None:
+            return f"importing flash_kernels failed: {out}"
         if not probe["built"]:
             return f"the CUDA extension did not load ({probe['error']}): the suite would judge only Triton"
         want = f"libcudart.so.{self.args.expect_cuda}"
@@ -316,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_PASSED
     args.selftest_args = argv[cut + 1 :]
+    problem = _output_problem(args)
+    if problem:  # before an hour of tests, not when the result is written
+        print(f"artifact_check: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if not os.path.isfile(args.wheel):
         print(f"artifact_check: {args.wheel}: no such wheel file (copy the exported wheel here first)", file=sys.stderr)
         return EXIT_NO_WHEEL
@@ -329,6 +350,21 @@ def main(argv: list[str] | None = None) -> int:
     return write_result(args, result)
 
 
+def _output_problem(args: argparse.Namespace) -> str | None:
+    """Why --out (and --log) cannot be written, or None: its folder must exist and take files."""
+    for flag, path in (("--out", args.out), ("--log", args.log)):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            return f"{flag} {path}: is a folder; name the file to write"
+        if not os.path.isdir(folder):
+            return f"{flag} {path}: the folder {folder} does not exist; make it first"
+        if not os.access(folder, os.W_OK):
+            return f"{flag} {path}: the folder {folder} cannot be written"
+    return None
+
+
 def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] | None:
     """Unpack the pinned CUDA runtime wheel after checking its sha256; point --cuda-runtime at its library.
     (exit code, why) when it cannot: a usage error, or a wheel that is missing or not the pinned file."""
@@ -339,8 +375,10 @@ def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] |
     got = sha256(args.cuda_runtime_wheel)
     if got != args.cuda_runtime_sha256:
         return EXIT_NO_WHEEL, f"{args.cuda_runtime_wheel}: sha256 {got} is not the pinned {args.cuda_runtime_sha256}"
-    with zipfile.ZipFile(args.cuda_runtime_wheel) as zf:
-        zf.extractall(dest)
+    try:
+        wheelzip.extract(args.cuda_runtime_wheel, args.cuda_runtime_wheel, dest)
+    except wheelzip.WheelError as exc:
+        return EXIT_NO_WHEEL, f"the pinned CUDA runtime wheel cannot be unpacked: {exc}"
     libs = [
         os.path.join(d, f)
         for d, _dirs, files in os.walk(dest)
@@ -350,8 +388,9 @@ def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] |
     if not libs:
         return EXIT_USAGE, f"{args.cuda_runtime_wheel} holds no libcudart.so.{args.expect_cuda}"
     args.cuda_runtime = os.path.dirname(sorted(libs)[0])
-    name = os.path.basename(args.cuda_runtime_wheel).split("-")
-    args.cuda_runtime_source = f"{name[0]}=={name[1]} wheel, sha256 {got}"
+    name = os.path.basename(args.cuda_runtime_wheel).removesuffix(".whl").split("-")
+    what = f"{name[0]}=={name[1]}" if len(name) > 1 else os.path.basename(args.cuda_runtime_wheel)
+    args.cuda_runtime_source = f"{what} wheel, sha256 {got}"
     return None
 
 

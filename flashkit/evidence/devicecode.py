@@ -21,8 +21,10 @@ import hashlib
 import json
 import os
 import struct
-import zipfile
 from collections.abc import Iterator
+from typing import IO
+
+from flashkit.evidence import wheelzip
 
 SCHEME = "flashkit-device-code-1"
 
@@ -118,7 +120,7 @@ def elf_section(data: bytes, name: str) -> bytes | None:
     """The contents of section ``name`` of a 64-bit little-endian ELF file, None when it has none."""
     if data[:4] != b"\x7fELF":
         raise DeviceCodeError("not an ELF file")
-    if data[4] != 2 or data[5] != 1:
+    if data[4:6] != b"\x02\x01":
         raise DeviceCodeError("not a 64-bit little-endian ELF file")
     try:
         (shoff,) = struct.unpack_from("<Q", data, 0x28)
@@ -211,23 +213,19 @@ def of_files(files: dict[str, bytes]) -> DeviceCode:
     return DeviceCode(out)
 
 
-MAX_MEMBER_BYTES = 2 << 30
+def is_shared_object(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
 
 
-def of_wheel(path: str) -> DeviceCode:
-    """The device code of every shared object in a wheel (``*.so`` members), read without installing it."""
+def of_wheel(source: str | IO[bytes], shown: str | None = None) -> DeviceCode:
+    """The device code of every shared object in a wheel (``*.so`` members), read without installing it.
+    ``source``: the wheel's path, or the wheel opened for reading (``shown`` names it in errors)."""
+    shown = shown or (source if isinstance(source, str) else "the wheel")
     try:
-        with zipfile.ZipFile(path) as zf:
-            files = {}
-            for info in zf.infolist():
-                name = info.filename
-                if not (name.endswith(".so") or ".so." in name.rsplit("/", 1)[-1]):
-                    continue
-                if info.file_size > MAX_MEMBER_BYTES:
-                    raise DeviceCodeError(f"{path}: member {name} is larger than {MAX_MEMBER_BYTES >> 30} GiB")
-                files[name] = zf.read(info)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise DeviceCodeError(f"{path}: not a readable wheel ({exc})") from None
+        files = wheelzip.read_members(source, shown, is_shared_object)
+    except wheelzip.WheelError as exc:
+        raise DeviceCodeError(str(exc)) from None
     return of_files(files)
 
 

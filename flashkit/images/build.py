@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import re
@@ -194,11 +193,14 @@ def load_result(root: Path, env_id: str, input_hash: str) -> BuildResult | None:
     if not p.exists() and not p.is_symlink():
         return None
     shown = safeio.describe(p, root)
-    text = safeio.read_text(p, what="build result", error=BuildError, max_bytes=MAX_RESULT_BYTES, root=root)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise BuildError(f"{shown}: not valid JSON ({exc})", hint="delete the file and rebuild") from None
+    data = safeio.read_json(
+        p,
+        what="build result",
+        error=BuildError,
+        max_bytes=MAX_RESULT_BYTES,
+        root=root,
+        hint="delete the file and rebuild",
+    )
     res = _check_result(data, shown)
     if res.env != env_id or res.input_hash != input_hash:
         raise BuildError(f"{shown}: it describes {res.env}@{res.input_hash}, not {env_id}@{input_hash}")

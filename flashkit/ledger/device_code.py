@@ -12,11 +12,14 @@ accepts such evidence (``gpu_evidence: [..., device-code]``); see :mod:`flashkit
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
+from typing import BinaryIO
 
-from flashkit.core.digests import sha256_file
-from flashkit.core.errors import TierError, UnknownArtifact
-from flashkit.evidence import devicecode
+from flashkit.core import safeio
+from flashkit.core.errors import FlashkitError, TierError, UnknownArtifact, UsageError
+from flashkit.evidence import devicecode, wheelzip
 from flashkit.ledger import record, store
 from flashkit.ledger.model import Applies, Artifact, DeviceCodeFact, Fact
 from flashkit.plan.spec import EnvSpec
@@ -32,15 +35,35 @@ def toolchain_of(spec: EnvSpec) -> dict[str, str]:
     }
 
 
+MAX_WHEEL_BYTES = wheelzip.MAX_TOTAL_BYTES  # compressed, a wheel is never larger than what it holds
+
+
 def record_for_build(root: Path, spec: EnvSpec, art: Artifact, wheel: Path) -> tuple[DeviceCodeFact | None, list[Fact]]:
     """Read ``wheel`` (the file ``art`` exported) and record its device code; (None, []) for a wheel with none
     (Triton-only). Returns the device-code fact that holds for the wheel and what was appended anywhere."""
+    with _open_wheel(wheel, TierError) as fh:  # the build's own export: a tier that cannot run (15)
+        return _record(root, spec, art, fh, wheel)
+
+
+def _open_wheel(wheel: Path, error: type[FlashkitError]) -> BinaryIO:
+    """The wheel opened for reading: a regular file of a wheel's size, or ``error`` naming it."""
+    fh = safeio.open_regular(wheel, what="wheel", error=error)
+    if os.fstat(fh.fileno()).st_size > MAX_WHEEL_BYTES:
+        fh.close()
+        raise error(f"{wheel}: larger than {MAX_WHEEL_BYTES >> 30} GiB; not a wheel a build exported")
+    return fh
+
+
+def _record(
+    root: Path, spec: EnvSpec, art: Artifact, fh: BinaryIO, wheel: Path
+) -> tuple[DeviceCodeFact | None, list[Fact]]:
     try:
-        code = devicecode.of_wheel(str(wheel))
+        code = devicecode.of_wheel(fh, str(wheel))
     except devicecode.DeviceCodeError as exc:
         raise TierError(
             f"the device code of {wheel.name} cannot be read: {exc}",
-            hint="the wheel's extension is not a CUDA fat binary flashkit can list; rebuild it, or report the file",
+            hint="the wheel is not a zip flashkit can read, or its extension not a CUDA fat binary it can list; "
+            "rebuild it, or report the file",
         ) from None
     if not code.extensions:
         return None, []
@@ -49,18 +72,24 @@ def record_for_build(root: Path, spec: EnvSpec, art: Artifact, wheel: Path) -> t
 
 
 def record_for_wheel(root: Path, spec: EnvSpec, wheel: Path) -> tuple[Artifact, DeviceCodeFact | None, list[Fact]]:
-    """The device code of a wheel some build of ``spec``'s env exported (found by sha256; exit 25 otherwise)."""
-    sha = sha256_file(wheel)
-    ledger = store.load(root, str(spec.id))
-    arts = [a for a in ledger.artifacts() if a.wheel_sha256 == sha]
-    if not arts:
-        known = sorted({a.wheel_sha256[:16] for a in ledger.artifacts()}) or ["none"]
-        raise UnknownArtifact(
-            f"{wheel}: sha256 {sha} is not a wheel any build of {spec.id} produced (wheels there: {', '.join(known)})",
-            hint=f"pass the wheel `flashkit build {spec.id}` exported (.work/), or build it first",
-        )
-    art = max(arts, key=lambda a: a.date)
-    fact, added = record_for_build(root, spec, art, wheel)
+    """The device code of a wheel some build of ``spec``'s env exported (found by sha256; exit 25 otherwise). The
+    file is opened once: the bytes hashed are the bytes read (exit 2 for one that is not a regular file)."""
+    with _open_wheel(wheel, UsageError) as fh:  # a path the user named (--wheel): a usage error (2)
+        try:
+            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError as exc:
+            raise UsageError(f"{wheel}: cannot read the wheel: {exc.strerror}") from None
+        ledger = store.load(root, str(spec.id))
+        arts = [a for a in ledger.artifacts() if a.wheel_sha256 == sha]
+        if not arts:
+            known = sorted({a.wheel_sha256[:16] for a in ledger.artifacts()}) or ["none"]
+            raise UnknownArtifact(
+                f"{wheel}: sha256 {sha} is not a wheel any build of {spec.id} produced (wheels there: {', '.join(known)})",
+                hint=f"pass the wheel `flashkit build {spec.id}` exported (.work/), or build it first",
+            )
+        art = max(arts, key=lambda a: a.date)
+        fh.seek(0)
+        fact, added = _record(root, spec, art, fh, wheel)
     return art, fact, added
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -78,16 +77,14 @@ def _field(shown: str, name: str, why: str) -> ResultMalformed:
     )
 
 
-def read_result(path: Path) -> dict[str, Any]:
-    """The result document, its shape checked (exit 22 on anything else)."""
+def read_result(path: Path) -> tuple[dict[str, Any], bytes]:
+    """The result document, its shape checked (exit 22 on anything else), and the bytes it was read from."""
     shown = str(path)
-    text = safeio.read_text(path, what="GPU result", error=ResultMalformed, max_bytes=MAX_RESULT_BYTES)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ResultMalformed(
-            f"{shown}: not valid JSON ({exc})", hint="the file is truncated or not a result"
-        ) from None
+    raw = safeio.read_bytes(path, what="GPU result", error=ResultMalformed, max_bytes=MAX_RESULT_BYTES)
+    text = safeio.decode_utf8(raw, shown=shown, what="GPU result", error=ResultMalformed)
+    data = safeio.parse_json(
+        text, shown=shown, what="GPU result", error=ResultMalformed, hint="the file is truncated or not a result"
+    )
     if not isinstance(data, dict):
         raise ResultMalformed(f"{shown}: a result is a JSON object, not {type(data).__name__}")
     for name, kind in _FIELDS.items():
@@ -102,7 +99,7 @@ def read_result(path: Path) -> dict[str, Any]:
     if data["tier"] != Tier.ARTIFACT_GPU:
         raise _field(shown, "tier", f"{data['tier']!r}; only artifact-gpu results are imported")
     _check_values(shown, data)
-    return data
+    return data, raw
 
 
 def _check_values(shown: str, data: dict[str, Any]) -> None:
@@ -214,7 +211,7 @@ def check_env(shown: str, data: dict[str, Any], spec: EnvSpec) -> None:
 
 def import_result(root: Path, spec: EnvSpec, path: Path, junit: Path | None = None) -> VerdictFact:
     """Check the result against its report, the env and the ledger, and append it as a verdict."""
-    data = read_result(path)
+    data, raw = read_result(path)
     shown = str(path)
     ran = data["verdict"] in ("passed", "failed")
     counts, verdict = _recount(path, data, junit) if ran else ({}, data["verdict"])
@@ -240,7 +237,6 @@ def import_result(root: Path, spec: EnvSpec, path: Path, junit: Path | None = No
             f"but this ledger records {recorded} for sha256:{wheel[:16]}…",
             hint="the wheel that ran is not the one recorded; run the check again on the exported wheel",
         )
-    raw = Path(path).read_bytes()
     fact = VerdictFact(
         env=str(spec.id),
         input_hash=data["input_hash"],

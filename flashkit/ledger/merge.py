@@ -16,16 +16,18 @@ verdicts (:mod:`flashkit.ledger.record`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from flashkit.core import safeio
-from flashkit.core.errors import RecordError
+from flashkit.core.errors import FlashkitError, RecordError
 from flashkit.core.names import Subject
 from flashkit.ledger import record, store
 from flashkit.ledger.model import Applies, Artifact, DeviceCodeFact, Fact, VerdictFact
-from flashkit.plan.specfile import env_ids
+from flashkit.plan.plan import plan_of
+from flashkit.plan.specfile import env_ids, load_each
 
 
 def files_of(paths: Sequence[Path]) -> list[Path]:
@@ -70,7 +72,48 @@ def read(root: Path, paths: Sequence[Path]) -> dict[str, list[Fact]]:
             where.setdefault(fact.id, at[fact.id])
     for env, facts in by_env.items():
         _require_subjects(root, env, facts, by_env, where)
+    _require_own_input_hashes(root, by_env, where)
     return by_env
+
+
+def _input_hash_owners(root: Path, by_env: dict[str, list[Fact]]) -> dict[str, set[str]]:
+    """Input hash -> the envs it is known for: each env's current plan, its ledger's facts, and these lines."""
+    owners: dict[str, set[str]] = {}
+    specs, _broken = load_each(root)
+    for spec in specs:
+        try:
+            owners.setdefault(plan_of(root, spec).input_hash, set()).add(str(spec.id))
+        except FlashkitError:  # a lockfile that does not read: that env's hash is not known, its ledger's still are
+            continue
+    for env in record.env_ledgers(root):
+        for line in (store.raw_text(root, env) or "").splitlines():
+            try:
+                h = json.loads(line).get("input_hash")
+            except (ValueError, AttributeError, RecursionError):  # that ledger's own problem, reported when it is read
+                continue
+            if isinstance(h, str):
+                owners.setdefault(h, set()).add(env)
+    for env, facts in by_env.items():
+        for fact in facts:
+            owners.setdefault(fact.input_hash, set()).add(env)
+    return owners
+
+
+def _require_own_input_hashes(root: Path, by_env: dict[str, list[Fact]], where: dict[str, str]) -> None:
+    """Every fact's input hash is one of its own env's: the hash covers the env's spec, id included, so no two
+    envs share one. A build line moved to another env (its env field changed, its id recomputed) still carries
+    the input hash of the env it was built for, whose plan or ledger names it."""
+    owners = _input_hash_owners(root, by_env)
+    for env, facts in by_env.items():
+        for fact in facts:
+            others = sorted(owners.get(fact.input_hash, set()) - {env})
+            if others:
+                raise RecordError(
+                    f"{where[fact.id]}: field input_hash: {fact.input_hash[:24]}… is the input hash of "
+                    f"{', '.join(others)} (its plan or its ledger), not of {env}: a {fact.kind} fact moved from "
+                    "another env; nothing was merged",
+                    hint="merge each env's lines as they were recorded",
+                )
 
 
 _SUBJECT_HINT = (
@@ -115,6 +158,13 @@ class Merged:
 def merge(root: Path, paths: Sequence[Path]) -> Merged:
     """Append the facts of ``paths`` to their ledgers, then the cross-env applies they imply."""
     by_env = read(root, paths)
+    # One transaction: a line refused when it is appended (a relation that does not hold, checked against
+    # the other envs' lines of this same merge) leaves every ledger as it was, not the envs before it merged.
+    with store.transaction(root, [*by_env, *record.env_ledgers(root)]):
+        return _merge(root, by_env)
+
+
+def _merge(root: Path, by_env: dict[str, list[Fact]]) -> Merged:
     order = sorted(by_env, key=lambda env: (any(isinstance(f, Applies) and f.source_env for f in by_env[env]), env))
     added = {env: store.append(root, env, by_env[env])[1] for env in order}
     inherited: dict[str, int] = {}

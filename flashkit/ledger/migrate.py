@@ -14,7 +14,6 @@ never as "passed".
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -159,13 +158,14 @@ def migrate_env(root: Path, env: str) -> tuple[int, Path]:
     """Convert ``verified/<env>.json`` into the ledger and archive it; returns (facts added, archive)."""
     legacy = store.legacy_path(root, env)
     shown = safeio.describe(legacy, root)
-    text = safeio.read_text(
-        legacy, what="schema-1 record", error=RecordError, max_bytes=store.MAX_LEDGER_BYTES, root=root
+    data = safeio.read_json(
+        legacy,
+        what="schema-1 record",
+        error=RecordError,
+        max_bytes=store.MAX_LEDGER_BYTES,
+        root=root,
+        hint="restore it from git",
     )
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise RecordError(f"{shown}: not valid JSON ({exc})", hint="restore it from git") from None
     if not isinstance(data, dict):
         raise RecordError(f"{shown}: a record is a JSON object, not {type(data).__name__}")
     archive = Path(root) / store.DIR / ARCHIVE / f"{env}.json"

@@ -322,8 +322,20 @@ def semantic_problem(fact: Fact) -> str | None:
             return f"field digest: {fact.digest} is not the digest of the listed payloads ({recomputed})"
     if isinstance(fact, WheelPublication):
         return wheel_publication_problem(fact)
-    if isinstance(fact, Artifact) and fact.wheel_from is not None and fact.wheel_from.get("env") == fact.env:
+    if isinstance(fact, Artifact):
+        return artifact_problem(fact)
+    return None
+
+
+def artifact_problem(fact: Artifact) -> str | None:
+    """What is wrong with a build fact beyond its schema (None when nothing is)."""
+    if fact.wheel_from is not None and fact.wheel_from.get("env") == fact.env:
         return f"field wheel_from.env: names this env itself ({fact.env}); a build's own wheel has no wheel_from"
+    # flashkit names every image it builds <namespace>/<env>:<tag>: a build line moved to another env's ledger
+    # (its env changed, its id recomputed) still names the env it was built for.
+    repository = fact.image_ref.rpartition(":")[0] if ":" in fact.image_ref.rpartition("/")[2] else fact.image_ref
+    if repository.rpartition("/")[2] != fact.env:
+        return f"field image_ref: {fact.image_ref} is not an image of {fact.env} (<namespace>/{fact.env}:<tag>)"
     return None
 
 

@@ -191,18 +191,25 @@ def inherited_applies(root: Path, ledger: Ledger) -> list[Applies]:
     return out
 
 
-def consumers(root: Path, source_env: str) -> list[Ledger]:
-    """The ledgers of the other envs with a build that installs a wheel of ``source_env`` (``wheel_from``)."""
+def env_ledgers(root: Path) -> list[str]:
+    """The envs with a ledger (files in verified/ whose name is not an env id are not ledgers)."""
     out = []
-    for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
-        env = path.name.removesuffix(".jsonl")
+    for env in store.ledger_envs(root):
         try:
             EnvId.parse(env)
         except FlashkitError:
-            continue  # not an env's ledger
+            continue
+        out.append(env)
+    return out
+
+
+def consumers(root: Path, source_env: str) -> list[Ledger]:
+    """The ledgers of the other envs with a build that installs a wheel of ``source_env`` (``wheel_from``)."""
+    out = []
+    for env in env_ledgers(root):
         # Only ledgers that can name it are read (facts are written as canonical JSON): an unrelated env's
         # ledger neither slows nor breaks recording a verdict here.
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = store.raw_text(root, env) or ""
         if env == source_env or "wheel_from" not in text or f'"{source_env}"' not in text:
             continue
         ledger = store.load(root, env)
@@ -304,15 +311,10 @@ def ledgers_naming(root: Path, digests: set[str], skip: str | None = None) -> li
     """The envs' ledgers (their own facts; ``skip``'s left out) that name one of ``digests`` as device code,
     in a device-code fact or a device-code relation."""
     out = []
-    for path in sorted((Path(root) / store.DIR).glob("*.jsonl")):
-        env = path.name.removesuffix(".jsonl")
+    for env in env_ledgers(root):
         if env == skip:
             continue
-        try:
-            EnvId.parse(env)
-        except FlashkitError:
-            continue
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = store.raw_text(root, env) or ""
         if '"device-code"' in text and any(d in text for d in digests):
             out.append(store.load_own(root, env))
     return out

@@ -23,19 +23,19 @@ that would make it unreadable.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import json
-import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from flashkit.core import safeio
-from flashkit.core.errors import DeviceCodeMismatch, RecordError
+from flashkit.core.errors import DeviceCodeMismatch, FlashkitError, RecordError
 from flashkit.ledger.model import (
     RELATION_DEVICE_CODE,
     Applies,
@@ -55,6 +55,7 @@ DIR = "verified"
 MAX_LEDGER_BYTES = 64 * safeio.MIB
 MAX_LINE_BYTES = 256 * safeio.KIB
 MAX_DEPTH = 16  # a fact nests four levels at most (device code: extensions, a list, a payload's fields)
+_RESTORE = "restore the file from git; the ledger is append-only"
 LOCK_TIMEOUT_S = 300
 
 
@@ -176,23 +177,13 @@ def _parse_checked(text: str, env: str | None, shown: str) -> tuple[Ledger, dict
         where = f"{shown}:{number}"
         if len(line) > MAX_LINE_BYTES:
             raise RecordError(f"{where}: a line longer than {MAX_LINE_BYTES // 1024} KiB is not a ledger fact")
-        try:
-            body: Any = json.loads(line, parse_constant=_not_a_number, parse_float=_finite)
-        except ValueError as exc:
-            raise RecordError(
-                f"{where}: not a JSON object ({exc})", hint="restore the file from git; the ledger is append-only"
-            ) from None
-        except RecursionError:
-            body = None
-        if body is None or _too_deep(body):
-            raise RecordError(
-                f"{where}: nested deeper than {MAX_DEPTH} levels; no ledger fact is",
-                hint="restore the file from git; the ledger is append-only",
-            )
+        body = safeio.parse_json(
+            line, shown=where, what="ledger fact", error=RecordError, max_depth=MAX_DEPTH, hint=_RESTORE
+        )
         try:
             fact = check_body(body)
         except ValueError as exc:
-            raise RecordError(f"{where}: {exc}", hint="restore the file from git; the ledger is append-only") from None
+            raise RecordError(f"{where}: {exc}", hint=_RESTORE) from None
         if env is not None and fact.env != env:
             raise RecordError(f"{where}: field env: a fact of {fact.env!r} in the ledger of {env!r}")
         if fact.id not in seen:
@@ -201,30 +192,6 @@ def _parse_checked(text: str, env: str | None, shown: str) -> tuple[Ledger, dict
         if isinstance(fact, DeviceCodeFact):
             _one_digest_per_wheel(fact, facts, where)
     return Ledger(env or "", tuple(facts)), seen
-
-
-def _not_a_number(name: str) -> float:
-    # Python's json reads NaN and Infinity, which no other JSON reader does: a ledger holding one is not JSON.
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999: valid JSON text, but it reads as infinity and is written back as such
-        raise ValueError(f"{text} is out of range for a number")
-    return value
-
-
-def _too_deep(body: object) -> bool:
-    """Whether ``body`` nests deeper than any fact: checked before the schema walks it (recursively)."""
-    level: list[tuple[object, int]] = [(body, 0)]
-    while level:
-        value, depth = level.pop()
-        if depth > MAX_DEPTH:
-            return True
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        level.extend((child, depth + 1) for child in children)
-    return False
 
 
 def _one_digest_per_wheel(fact: DeviceCodeFact, facts: list[Fact], where: str) -> None:
@@ -238,7 +205,7 @@ def _one_digest_per_wheel(fact: DeviceCodeFact, facts: list[Fact], where: str) -
             raise DeviceCodeMismatch(
                 f"{where}: field digest: wheel sha256:{fact.wheel_sha256[:16]}… is recorded with device code "
                 f"{fact.digest} here and {other.digest} earlier; one wheel has one device code",
-                hint="restore the file from git; the ledger is append-only",
+                hint=_RESTORE,
             )
 
 
@@ -265,10 +232,52 @@ def _read(root: Path, env: str) -> tuple[Ledger, dict[str, str]]:
             f"{safeio.describe(legacy, root)} is a record of the first format (schema 1)",
             hint="run `flashkit ledger migrate` once: it converts it to the append-only ledger and keeps the original",
         )
-    if not os.path.lexists(path):
+    text = _text(root, path)
+    if text is None:
         return Ledger(env, ()), {}
-    text = safeio.read_text(path, what="ledger", error=RecordError, max_bytes=MAX_LEDGER_BYTES, root=root)
     return _parse(text, env=env, shown=safeio.describe(path, root))
+
+
+def _text(root: Path, path: Path) -> str | None:
+    """A ledger file's text as it stands: what a running transaction wrote to it, else the file (None: none)."""
+    tx = _TRANSACTION.get()
+    if tx is not None and path in tx.pending:
+        return tx.pending[path]
+    if not os.path.lexists(path):
+        return None
+    return safeio.read_text(path, what="ledger", error=RecordError, max_bytes=MAX_LEDGER_BYTES, root=root)
+
+
+def ledger_envs(root: Path) -> list[str]:
+    """The names of the ledgers in ``verified/`` (``<name>.jsonl``; the caller checks which are env ids), with
+    those a running transaction creates."""
+    names = {p.name.removesuffix(".jsonl") for p in (Path(root) / DIR).glob("*.jsonl")}
+    tx = _TRANSACTION.get()
+    if tx is not None:
+        names |= {p.name.removesuffix(".jsonl") for p in tx.pending}
+    return sorted(names)
+
+
+def raw_text(root: Path, env: str) -> str | None:
+    """A ledger's text for a quick scan, unchecked: None when there is none or it cannot be read (a scan for
+    the ledgers that name something skips it; reading that ledger itself reports why)."""
+    try:
+        return _text(root, ledger_path(root, env))
+    except RecordError:
+        return None
+
+
+def unreadable(root: Path, envs: Iterable[str]) -> dict[str, FlashkitError]:
+    """The envs among ``envs`` whose ledger does not read by :func:`load`, each with its error. A command that
+    shows many envs (matrix, site, resolve) shows the others, names these, and exits with the lowest of their
+    codes, as `flashkit ledger show` exits for that one env: one bad ledger, one exit code everywhere."""
+    out: dict[str, FlashkitError] = {}
+    for env in envs:
+        try:
+            load(root, env)
+        except FlashkitError as exc:
+            out[env] = exc
+    return out
 
 
 _FOREIGN_HINT = (
@@ -380,7 +389,7 @@ def _device_code_relation(
 
 def _source_facts(root: Path, a: Applies, at: str, shown: str) -> dict[str, Fact]:
     assert a.source_env is not None
-    if not os.path.lexists(ledger_path(root, a.source_env)):
+    if raw_text(root, a.source_env) is None and not os.path.lexists(ledger_path(root, a.source_env)):
         raise RecordError(
             f"{at}: field source_env: {a.source_env} has no ledger ({shown}) to hold verdict {a.verdict_id}",
             hint=_FOREIGN_HINT,
@@ -397,13 +406,13 @@ def lock_for(path: Path):
     return FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
 
 
-def append(root: Path, env: str, facts: Iterable[Fact]) -> tuple[Ledger, list[Fact]]:
-    """Append ``facts`` (checked, deduplicated by id) under the ledger's lock; returns the new ledger and
-    the facts that were really added."""
-    path = ledger_path(root, env)
-    path.parent.mkdir(parents=True, exist_ok=True)
+@contextlib.contextmanager
+def _locked(root: Path, env: str) -> Iterator[None]:
+    """The ledger's file lock, held for the block; RecordError when it cannot be taken."""
     from filelock import Timeout
 
+    path = ledger_path(root, env)
+    path.parent.mkdir(parents=True, exist_ok=True)
     lock = Path(str(path) + ".lock")
     # Taking the lock opens the file for writing and truncates it: a symlink there would truncate its target.
     if lock.is_symlink():
@@ -412,8 +421,8 @@ def append(root: Path, env: str, facts: Iterable[Fact]) -> tuple[Ledger, list[Fa
             hint="remove it (it holds nothing; flashkit creates it when it appends)",
         )
     try:
-        with lock_for(path):
-            return _append_locked(root, env, path, list(facts))
+        held = lock_for(path)
+        held.acquire()
     except Timeout:
         raise RecordError(
             f"{safeio.describe(path, root)}: another flashkit held the ledger lock for {LOCK_TIMEOUT_S}s"
@@ -425,6 +434,60 @@ def append(root: Path, env: str, facts: Iterable[Fact]) -> tuple[Ledger, list[Fa
             f"{safeio.describe(lock, root)}: the ledger's lock cannot be taken: {exc.strerror}",
             hint="remove it if it is not a plain file (it holds nothing)",
         ) from None
+    try:
+        yield
+    finally:
+        held.release()
+
+
+@dataclass
+class _Transaction:
+    root: Path
+    locks: contextlib.ExitStack
+    locked: set[str] = field(default_factory=set)
+    pending: dict[Path, str] = field(default_factory=dict)  # ledger file -> its whole new text
+
+    def lock(self, env: str) -> None:
+        if env not in self.locked:
+            self.locks.enter_context(_locked(self.root, env))
+            self.locked.add(env)
+
+
+_TRANSACTION: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("ledger_tx", default=None)
+
+
+@contextlib.contextmanager
+def transaction(root: Path, envs: Iterable[str]) -> Iterator[None]:
+    """Appends to any ledger inside the block are held back and written together when it ends, or not at all:
+    an error anywhere in it leaves every ledger file as it was, byte for byte. Reading inside it sees what was
+    appended. The ledgers of ``envs`` are locked from the start, in name order (two transactions never wait
+    on each other in a circle), others when first appended to; all stay locked until the files are written.
+    Each file is replaced whole (one rename each), so a crash leaves every ledger an old or a new version."""
+    from flashkit.core.atomic import write_texts_atomic
+
+    if _TRANSACTION.get() is not None:
+        raise RuntimeError("ledger transactions do not nest")
+    with contextlib.ExitStack() as locks:
+        tx = _Transaction(Path(root), locks)
+        for env in sorted(set(envs)):
+            tx.lock(env)
+        token = _TRANSACTION.set(tx)
+        try:
+            yield
+        finally:
+            _TRANSACTION.reset(token)
+        write_texts_atomic(tx.pending)
+
+
+def append(root: Path, env: str, facts: Iterable[Fact]) -> tuple[Ledger, list[Fact]]:
+    """Append ``facts`` (checked, deduplicated by id) under the ledger's lock; returns the new ledger and
+    the facts that were really added. Inside a :func:`transaction`, they are written when it ends."""
+    tx = _TRANSACTION.get()
+    if tx is not None:
+        tx.lock(env)
+        return _append_locked(root, env, ledger_path(root, env), list(facts))
+    with _locked(root, env):
+        return _append_locked(root, env, ledger_path(root, env), list(facts))
 
 
 def _append_locked(root: Path, env: str, path: Path, facts: list[Fact]) -> tuple[Ledger, list[Fact]]:
@@ -454,11 +517,26 @@ def _append_locked(root: Path, env: str, path: Path, facts: list[Fact]) -> tuple
         lambda a: f"refusing to append applies {a.id[7:19]} to {shown}",
     )
     if lines:
-        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        old = _text(root, path) or ""
         if old and not old.endswith("\n"):
             raise RecordError(f"{shown}: the last line is incomplete; restore the file from git")
-        write_text_atomic(path, old + "".join(line + "\n" for line in lines))
+        tx = _TRANSACTION.get()
+        if tx is not None:
+            tx.pending[path] = old + "".join(line + "\n" for line in lines)
+        else:
+            write_text_atomic(path, old + "".join(line + "\n" for line in lines))
     return Ledger(env, current.facts + tuple(added), {**current.foreign, **foreign}), added
 
 
-__all__ = ["DIR", "Ledger", "append", "canonical", "check_body", "ledger_path", "legacy_path", "load", "parse_lines"]
+__all__ = [
+    "DIR",
+    "Ledger",
+    "append",
+    "canonical",
+    "check_body",
+    "ledger_path",
+    "legacy_path",
+    "load",
+    "parse_lines",
+    "transaction",
+]

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from flashkit.core import paths
 from flashkit.core.errors import SpecError
@@ -621,8 +621,8 @@ def _agrees_with_id(r: _Reader, eid: EnvId, env_id: str, accel: Accelerator | No
     if torch is not None:
         try:
             tv = Version(torch)
-        except InvalidVersion:
-            r.error("torch", f"{torch!r} is not a version")
+        except ValueError:  # InvalidVersion, or a number past Python's 4300-digit conversion limit
+            r.error("torch", f"{torch[:40]!r} is not a version")
             return
         if f"{tv.major}.{tv.minor}" != eid.torch_series:
             r.error(

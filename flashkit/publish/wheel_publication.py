@@ -28,12 +28,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-from flashkit.core.atomic import replace_folder, stage_folder, utc_now
-from flashkit.core.digests import sha256_file
+from flashkit.core import outputs
+from flashkit.core.atomic import utc_now
 from flashkit.core.errors import PublishRefused, UsageError
 from flashkit.ledger.gate import GateDecision, Policy
 from flashkit.ledger.model import WheelPublication
@@ -319,34 +318,24 @@ def _one_file_per_name(verified: list[Verified]) -> None:
             )
 
 
-def check_out(out: Path) -> None:
-    """``out`` is replaced whole: it must be absent, empty, or a folder a publication wrote."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise UsageError(f"--out {out}: not a folder", hint="name a new folder, or one `flashkit publish-wheels` wrote")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
-        raise UsageError(
-            f"--out {out}: the folder holds files `flashkit publish-wheels` did not write (no {MARKER}); "
-            "it is not replaced",
-            hint="name a new or empty folder",
-        )
+def _ours(folder: Path) -> bool:
+    return (folder / MARKER).is_file()
+
+
+def check_out(out: Path) -> Path:
+    """``out`` is replaced whole: the rule of every output folder (absent, empty, or a publication's; never
+    under /proc, /sys, /dev or in a git directory), checked before any work."""
+    return outputs.check_folder(out, flag="--out", ours=_ours, what=f"`flashkit publish-wheels` wrote ({MARKER})")
 
 
 def write(out: Path, planned: Planned, *, place_wheels: bool) -> None:
-    """The folder, staged beside ``out`` and swapped in whole; each wheel copied and its bytes checked again."""
-    check_out(out)
-    stage = stage_folder(out)
-    try:
-        for rel, data in sorted(planned.files.items()):
-            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-            (stage / rel).write_bytes(data)
-        if place_wheels:
-            (stage / "files").mkdir(exist_ok=True)
-            for name, path in sorted(planned.wheels.items()):
-                shutil.copyfile(path, stage / "files" / name)
-                want = planned.manifest["files"][name]["sha256"]
-                if sha256_file(stage / "files" / name) != want:
-                    raise PublishRefused(f"{path} changed while it was copied; nothing was published")
-        replace_folder(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    """The folder, staged beside ``out`` and swapped in whole; each wheel's bytes checked once more as they are
+    placed (a file changed since the gate judged it is refused, and nothing is written)."""
+    files = dict(planned.files)
+    if place_wheels:
+        for name, path in sorted(planned.wheels.items()):
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != planned.manifest["files"][name]["sha256"]:
+                raise PublishRefused(f"{path} changed since the gate judged it; nothing was published")
+            files[f"files/{name}"] = data
+    outputs.write_folder(out, files, flag="--out", ours=_ours, what=f"`flashkit publish-wheels` wrote ({MARKER})")

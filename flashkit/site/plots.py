@@ -10,14 +10,16 @@ it. The bars are drawn as SVG by the page's template; here is only their geometr
 from __future__ import annotations
 
 import dataclasses
-import json
+import fnmatch
+import os
 import re
 from pathlib import Path
 
-from flashkit.core import procs
-from flashkit.core.errors import ToolError
+from flashkit.core import procs, safeio
+from flashkit.core.errors import SpecError, ToolError
 
 RESULTS = "benchmarks/results"
+MAX_RESULT_BYTES = 4 * safeio.MIB  # the largest result kept is 30 KiB
 # What each implementation is, in the words a reader knows.
 IMPLS = {
     "fk_cuda": "flash_kernels CUDA",
@@ -77,10 +79,21 @@ def _commit(root: Path, rel: str) -> tuple[int, str]:
     return (int(parts[0]), parts[1]) if res.returncode == 0 and len(parts) == 2 else (0, "not in git")
 
 
+def _result_files(root: Path, pattern: str) -> list[Path]:
+    """The files under ``benchmarks/results`` whose name matches ``pattern``. Symlinked folders are not
+    followed (a link to ``..`` would list the tree for ever); what each file is, is checked when it is read."""
+    return [
+        Path(folder, name)
+        for folder, _dirs, names in os.walk(root / RESULTS)
+        for name in sorted(names)
+        if fnmatch.fnmatchcase(name, pattern)
+    ]
+
+
 def _newest(root: Path, pattern: str) -> tuple[Path, str, str] | None:
     """The result file matching ``pattern`` recorded last (by commit time, then path), its path and commit."""
     found = []
-    for p in (root / RESULTS).rglob(pattern):
+    for p in _result_files(root, pattern):
         rel = p.relative_to(root).as_posix()
         when, commit = _commit(root, rel)
         found.append((when, rel, commit))
@@ -88,6 +101,13 @@ def _newest(root: Path, pattern: str) -> tuple[Path, str, str] | None:
         return None
     _when, rel, commit = max(found)
     return root / rel, rel, commit
+
+
+def _measure(value: object, name: str) -> float:
+    """A measured value as a bar can show it: a finite number, not below zero."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise ValueError(f"{name} {str(value)[:40]!r} is not a measurement (a finite number, 0 or more)")
+    return float(value)
 
 
 def _groups(cases: dict[str, list[tuple[str, float]]], fmt: str) -> tuple[Group, ...]:
@@ -111,7 +131,7 @@ def attention_chart(data: dict, source: str, commit: str) -> Chart:
             f"{r['mode'].replace('_', '+')}, head dim {r['head_dim']}, seqlen {r['seqlen']}, batch {r['batch']}, "
             f"{r['nheads']} heads{', causal' if r.get('causal') else ''}"
         )
-        cases.setdefault(label, []).append((r["impl"], float(r["tflops"])))
+        cases.setdefault(label, []).append((str(r["impl"]), _measure(r["tflops"], "tflops")))
     title = f"Attention, {data.get('dtype', '')}: TFLOP/s (higher is better)"
     return _chart(data, "attention", title, "TFLOP/s", source, commit, _groups(cases, "{:.0f}"))
 
@@ -123,9 +143,9 @@ def decode_chart(data: dict, source: str, commit: str) -> Chart:
         if r.get("share_of_copy_call") is None or re.fullmatch(r"cuda_s\d+", str(r.get("impl"))):
             continue
         label = f"batch {r['batch']}, KV cache {r['cache_len']}, {r['heads_q']}/{r['heads_kv']} heads, head dim {r['head_dim']}"
-        cases.setdefault(label, []).append((r["impl"], 100.0 * float(r["share_of_copy_call"])))
+        cases.setdefault(label, []).append((str(r["impl"]), 100.0 * _measure(r["share_of_copy_call"], "share")))
     copy = data.get("copy_TBps")
-    bandwidth = f" ({float(copy):.2f} TB/s)" if copy else ""
+    bandwidth = f" ({_measure(copy, 'copy_TBps'):.2f} TB/s)" if copy else ""
     title = f"Decode, one call each: share of the measured copy bandwidth{bandwidth} (higher is better)"
     return _chart(data, "decode", title, "%", source, commit, _groups(cases, "{:.0f}%"))
 
@@ -148,8 +168,17 @@ def charts(root: Path) -> tuple[tuple[Chart, ...], tuple[str, ...]]:
             continue
         path, rel, commit = found
         try:
-            chart = make(json.loads(path.read_text()), rel, commit)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            data = safeio.read_json(
+                path, what="benchmark result", error=SpecError, max_bytes=MAX_RESULT_BYTES, root=root
+            )
+        except SpecError as exc:  # not a regular file in the checkout, too large, not UTF-8 or not strict JSON
+            problems.append(str(exc).splitlines()[0])
+            continue
+        try:
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON object, not {type(data).__name__}")
+            chart = make(data, rel, commit)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{rel}: not a benchmark result this page can read ({type(exc).__name__}: {exc})")
             continue
         if chart.groups:

@@ -10,15 +10,13 @@ values only as text. So a verdict's reason reading ``<script>`` is shown, never 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from importlib import resources
 from pathlib import Path
 
 import jinja2
 import markupsafe
 
-from flashkit.core.atomic import replace_folder, stage_folder
+from flashkit.core import outputs
 from flashkit.core.errors import FlashkitError, NoVerifiedFit, SpecError, UsageError
 from flashkit.core.names import TIER_ORDER
 from flashkit.doctor import repo as repo_facts
@@ -126,24 +124,9 @@ def site(
 def write_site(out: Path, files: dict[str, bytes]) -> None:
     """Put ``files`` at ``out`` all at once: written in a sibling folder, then swapped with the old site.
 
-    ``out`` must be absent, empty, or a folder this command wrote (it has the marker): a folder of
-    anything else is refused rather than replaced.
+    ``out`` follows the rule of every output folder (:mod:`flashkit.core.outputs`): absent, empty, or a
+    folder this command wrote (it has the marker); never under /proc, /sys, /dev or inside a git directory.
     """
-    out = Path(os.path.abspath(out))
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise UsageError(f"--out {out}: not a folder", hint="name a new folder, or one `flashkit site` wrote")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
-        raise UsageError(
-            f"--out {out}: the folder holds files `flashkit site` did not write (no {MARKER}); it is not replaced",
-            hint="name a new or empty folder",
-        )
-    new = stage_folder(out)
-    try:
-        for rel, data in sorted(files.items()):
-            path = new / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        replace_folder(new, out)
-    except BaseException:
-        shutil.rmtree(new, ignore_errors=True)
-        raise
+    outputs.write_folder(
+        out, files, flag="--out", ours=lambda d: (d / MARKER).is_file(), what=f"`flashkit site` wrote (with {MARKER})"
+    )

@@ -24,13 +24,15 @@ import platform
 import re
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from flashkit.binary import elf, fatbin, linking
 from flashkit.binary.torch_abi import TORCH_NAMESPACES, is_shim_symbol, stable_abi_target, torch_cxx_symbols
+from flashkit.core import safeio
+from flashkit.core.errors import TierError
 from flashkit.core.names import Tier, Verdict
+from flashkit.evidence import devicecode, wheelzip
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 from flashkit.images.build import BuildResult
 from flashkit.images.container import Container
@@ -117,10 +119,12 @@ def expects_cuda_binary(spec) -> bool:
 
 
 def compiled_objects(wheel: Path, dest: Path) -> list[Path]:
-    with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
-        for n in names:
-            zf.extract(n, dest)
+    """The wheel's shared objects, unpacked under ``dest`` (read as every wheel is: :mod:`flashkit.evidence.wheelzip`)."""
+    try:
+        with safeio.open_regular(wheel, what="wheel", error=TierError) as fh:
+            names = wheelzip.extract(fh, str(wheel), str(dest), devicecode.is_shared_object)
+    except wheelzip.WheelError as exc:
+        raise TierError(f"the build tier cannot read the exported wheel: {exc}", hint="rebuild the env") from None
     return [dest / n for n in sorted(names)]
 
 
