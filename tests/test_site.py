@@ -179,7 +179,8 @@ def test_the_matrix_says_verified_and_each_envs_gpu_code(repo_site):
     for env, cls, text in rows:
         assert cls == text == ("yes" if facts.verification[env].verified else "no"), env
     assert {text for _e, _c, text in rows} == {"yes", "no"}
-    assert "sm_80, sm_90a; no PTX" in html and "manylinux_2_28" in html and "x86_64" in html
+    assert "sm_80, sm_90a; no PTX" in html and "glibc &gt;= 2.35" in html and "x86_64" in html
+    assert "Ubuntu 22.04" in html  # the floor the abi tier holds every build to
     assert "compute capability 8.0, 8.6, 8.7, 8.9, 9.0" in _element(html, "ul", "runs-on")
 
 

@@ -57,6 +57,8 @@ def requested(spec: EnvSpec) -> dict[str, tuple[str, ...]]:
     builder = [f"{p}={pin[p]}" for p in ("python3", "python3-venv", "python3-dev", "g++")]
     if spec.compiler.source == "debian":
         builder += [f"g++-{suite.cuda_host_gcc}={pin[f'g++-{suite.cuda_host_gcc}']}"]
+        if suite.extension_gcc:
+            builder += [f"g++-{suite.extension_gcc}={pin[f'g++-{suite.extension_gcc}']}"]
         builder += [f"nvidia-cuda-toolkit={spec.compiler.version}"]
     runtime = [f"{p}={pin[p]}" for p in ("python3", "python3-venv")]
     return {"builder": tuple(sorted(builder)), "runtime": tuple(sorted(runtime))}

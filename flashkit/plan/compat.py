@@ -67,6 +67,29 @@ TORCH_INDEX_CUDA: dict[str, tuple[str, ...]] = {
     "2.9": ("12.6", "12.8", "13.0"),
 }
 
+
+@dataclass(frozen=True)
+class PlatformFloor:
+    """The oldest Linux every published wheel must load on: the glibc, libstdc++ (GLIBCXX_) and C++ ABI (CXXABI_)
+    versions it may need at most, which the abi tier holds every build to."""
+
+    glibc: str
+    glibcxx: str
+    cxxabi: str
+    systems: str
+
+    def text(self) -> str:
+        return f"Linux x86_64 with glibc >= {self.glibc} and GCC 12's libstdc++ or newer ({self.systems})"
+
+
+# Debian 12 (glibc 2.36, GCC 12) and Ubuntu 22.04 (glibc 2.35, GCC 12's libstdc++ 3.4.30), the oldest systems
+# the builds here can serve: bookworm's own toolchain is that old, and trixie's wheels are compiled with its
+# g++-12 (DebianSuite.extension_gcc). torch's own wheels ask less (manylinux_2_28); a wheel of ours never asks
+# more than this.
+PLATFORM_FLOOR = PlatformFloor(
+    glibc="2.35", glibcxx="3.4.30", cxxabi="1.3.13", systems="Debian 12, Ubuntu 22.04 or newer"
+)
+
 # From torch 2.7 the PyPI wheels are manylinux_2_28 and built with the cxx11 ABI; older ones are not.
 PYPI_CXX11_ABI_FROM = Version("2.7")
 
@@ -127,8 +150,14 @@ class DebianSuite:
     # Exact versions of the packages the template installs; `apt-get install pkg=version` fails loudly
     # when the mirror no longer carries them, which is the reproducible failure we want.
     packages: dict[str, str]
-    # nvcc of this suite accepts GCC up to this major; the extension is compiled with it.
+    # nvcc of this suite accepts GCC up to this major; nvcc compiles the CUDA sources' host side with it.
     cuda_host_gcc: str | None = None
+    # The GCC the extension's C++ sources are compiled with (CXX), where the suite's default g++ is newer than
+    # the oldest systems the wheel is for: each GCC's libstdc++ headers add symbols only its own runtime has
+    # (GCC 13's std::ios_base_library_init, GLIBCXX_3.4.32; GCC 14's __cxa_call_terminate, CXXABI_1.3.15), and
+    # a wheel that needs them fails to load on Debian 12 or Ubuntu 22.04. nvcc keeps its own host GCC, so the
+    # device code does not change. None: the suite's g++ is that old already.
+    extension_gcc: str | None = None
 
 
 # Source: `apt-cache madison` against deb.debian.org (trixie and bookworm main + non-free), 2026-11-30.
@@ -157,9 +186,11 @@ DEBIAN_SUITES: dict[str, DebianSuite] = {
             "python3-dev": "3.13.5-1",
             "g++": "4:14.2.0-1",
             "g++-13": "13.3.0-16",
+            "g++-12": "12.4.0-5",
             "ca-certificates": "20250419+deb13u1",
         },
         cuda_host_gcc="13",
+        extension_gcc="12",
     ),
 }
 

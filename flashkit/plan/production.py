@@ -37,7 +37,7 @@ from flashkit.plan.spec import EnvSpec
 
 MAX_LOCK_BYTES = 4 * safeio.MIB
 MERGED_MARK = "# flashkit production requirements"
-PLATFORM_TEXT = "Linux x86_64 with glibc >= 2.28 (manylinux_2_28)"
+PLATFORM_TEXT = compat.PLATFORM_FLOOR.text()
 _PYTHON_LINE = re.compile(r"^# python (?P<py>3\.\d+): (?P<what>.*)$", re.MULTILINE)
 _NOT_COVERED = "not covered: "
 

@@ -13,7 +13,7 @@ import jinja2
 
 from flashkit.core import paths
 from flashkit.core.errors import SpecError
-from flashkit.plan import inputhash, lock
+from flashkit.plan import compat, inputhash, lock
 from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
 
@@ -60,19 +60,23 @@ def _apt_packages(spec: EnvSpec) -> tuple[list[str], list[str], str | None]:
 ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01T00:00:00Z
 
 
+def _toolchain(spec: EnvSpec) -> tuple[str | None, str | None]:
+    """CUDA_HOME of the spec's nvcc, and the C++ compiler of the extension where it is not the suite's g++."""
+    if spec.compiler.source == "debian":
+        gcc = compat.DEBIAN_SUITES[spec.base.suite].extension_gcc if spec.base.suite else None
+        return "/usr", f"g++-{gcc}" if gcc else None
+    if spec.compiler.source == "pypi":
+        return f"/opt/venv/lib/python{spec.python}/site-packages/nvidia/cu{spec.accelerator.major}", None
+    return ("/usr/local/cuda" if spec.base.flavor == "cuda" else None), None
+
+
 def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: str, host_mem_gib: int) -> dict:
     flavor = spec.base.flavor
     sizing = job_sizing(host_mem_gib)
     venv = flavor in ("debian", "cuda")
     apt_builder, apt_runtime, unpinned = _apt_packages(spec)
     py = "/opt/venv/bin/python" if venv else "python3"
-    cuda_home = None
-    if spec.compiler.source == "debian":
-        cuda_home = "/usr"
-    elif spec.compiler.source == "pypi":
-        cuda_home = f"/opt/venv/lib/python{spec.python}/site-packages/nvidia/cu{spec.accelerator.major}"
-    elif flavor == "cuda":
-        cuda_home = "/usr/local/cuda"
+    cuda_home, extension_cxx = _toolchain(spec)
     if spec.accelerator.kind == "cuda":
         arch_env, arch_value = "TORCH_CUDA_ARCH_LIST", ";".join(spec.gpu_targets)
     else:
@@ -123,6 +127,7 @@ def context(spec: EnvSpec, *, lock_text: str, build_lock_text: str, input_hash: 
         "torch_abi": spec.torch_abi,
         "pypi_nvcc": spec.compiler.source == "pypi",
         "cuda_home": cuda_home,
+        "extension_cxx": extension_cxx,
         "arch_env": arch_env,
         "arch_value": arch_value,
         "build_cuda": 1 if "cuda" in spec.backends else 0,

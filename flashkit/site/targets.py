@@ -1,9 +1,9 @@
 """What each env's build runs on, from its spec, and whether it is verified: for the page's matrix and the
 "Runs on" lines beside the selector.
 
-Every build is for one platform (the production requirements' manylinux_2_28 x86_64). The GPU code is what
-the spec's ``gpu_targets`` ask for, as the build tier checks it in the wheel (cubins, PTX); the GPUs it runs
-on follow by the driver's rule (:meth:`flashkit.binary.fatbin.CudaCode.runs_on`) over the compute
+Every build is for one platform (``compat.PLATFORM_FLOOR``, which the abi tier holds every build to). The GPU
+code is what the spec's ``gpu_targets`` ask for, as the build tier checks it in the wheel (cubins, PTX); the
+GPUs it runs on follow by the driver's rule (:meth:`flashkit.binary.fatbin.CudaCode.runs_on`) over the compute
 capabilities nvcc knows (:data:`flashkit.plan.compat.CUDA_ARCHS`), from the kernels' floor up.
 """
 

@@ -37,15 +37,18 @@ from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, su
 from flashkit.images.build import BuildResult
 from flashkit.images.container import Container
 from flashkit.images.engine import Engine
+from flashkit.plan import compat
 
 TIERS = (Tier.BUILD, Tier.ABI, Tier.CPU, Tier.GPU)
 SELFTEST = ("-m", "flash_kernels.selftest")
 # The newest glibc / libstdc++ symbol versions a wheel built on each Debian base may
 # need: the versions that suite ships (bookworm: glibc 2.36, GCC 12; trixie: glibc 2.41,
 # GCC 14). Stated as manylinux policies: the wheel runs on hosts at least that new.
+# A published wheel runs beyond its image: builds on the Debian bases made here are held to the platform floor
+# (compat.PLATFORM_FLOOR: Debian 12, Ubuntu 22.04), whichever suite built them.
+_FLOOR = compat.PLATFORM_FLOOR
 SUITE_POLICY = {
-    "bookworm": ("manylinux_2_36", "3.4.30"),
-    "trixie": ("manylinux_2_41", "3.4.33"),
+    suite: (f"manylinux_{_FLOOR.glibc.replace('.', '_')}", _FLOOR.glibcxx) for suite in ("bookworm", "trixie")
 }
 DEFAULT_POLICY = ("manylinux_2_28", "3.4.24")  # torch's own wheels (2.7+) for bases we did not make
 
@@ -453,6 +456,11 @@ def _symbol_version_problems(obj: elf.ElfObject, policy: str, glibc_limit: str, 
         problems.append(
             f"{elf.demangle([sym.name])[sym.name]}@{sym.version} is newer than "
             f"GLIBCXX_{glibcxx_limit} (policy {policy})"
+        )
+    # The C++ runtime's ABI functions (GCC 14's __cxa_call_terminate is CXXABI_1.3.15): the same libstdc++.
+    for sym in elf.versions_newer_than(obj, "CXXABI_", compat.PLATFORM_FLOOR.cxxabi):
+        problems.append(
+            f"{sym.name}@{sym.version} is newer than CXXABI_{compat.PLATFORM_FLOOR.cxxabi} (policy {policy})"
         )
     return problems
 
