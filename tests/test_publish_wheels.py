@@ -363,3 +363,20 @@ def test_a_wheel_handed_over_without_its_build_result_is_found_where_builds_expo
     (exported / s["wheel"].name).write_bytes(b"not the verified wheel")
     r = publish(s, tmp_path / "pub2", "https://example.org/")
     assert r.code == 17 and "produced a wheel with sha256" in r.err
+
+
+def test_a_verified_file_that_is_not_a_wheel_is_refused_by_name(kit_repo, cli, tmp_path, monkeypatch):
+    """The gate judged these bytes, but they are no wheel: refused (17) naming the file, nothing written."""
+    bogus = tmp_path / "exported" / "flash_kernels-0.1.0-py3-none-any.whl"
+    bogus.parent.mkdir()
+    bogus.write_bytes(b"PK\x03\x04 not really a zip")
+    h = input_hash(kit_repo, ENV)
+    cached_build(kit_repo, ENV, h, bogus, IMAGE)
+    art = artifact(ENV, h, image=IMAGE, wheel=sha(bogus))
+    store.append(kit_repo, ENV, [art, *(verdict(art, t) for t in ("build", "abi", "cpu", "gpu"))])
+    priv, _pub = attest.generate_keys(tmp_path / "keys", repo_root=None)
+    monkeypatch.setenv(attest.SIGNING_KEY_ENV, str(priv))
+    r = cli("--repo", str(kit_repo), "publish-wheels", ENV, "--url", "https://example.org/", "--out",
+            str(tmp_path / "pub"), "--no-kit")  # fmt: skip
+    assert r.code == 17 and "not a readable wheel" in r.err and "Traceback" not in r.err
+    assert not (tmp_path / "pub").exists()

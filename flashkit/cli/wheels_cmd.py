@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from flashkit.core.digests import sha256_file
 from flashkit.core.errors import FlashkitError, LockError, PublishRefused, UsageError
 from flashkit.doctor import published
 from flashkit.doctor import repo as repo_facts
+from flashkit.evidence import wheelzip
 from flashkit.images.build import WORK, load_result
 from flashkit.ledger import gate, store
 from flashkit.plan import production
@@ -30,18 +30,22 @@ MAX_METADATA_BYTES = 1024 * 1024
 
 def wheel_requires(wheel: Path) -> tuple[str, ...]:
     """The wheel's Requires-Dist, from its METADATA (the requirements pip checks when it installs it)."""
+    with safeio.open_regular(wheel, what="wheel", error=PublishRefused) as fh:
+        try:
+            found = wheelzip.read_members(
+                fh, str(wheel), lambda n: n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+            )
+        except wheelzip.WheelError as exc:
+            raise PublishRefused(str(exc)) from None
+    if len(found) != 1:
+        raise PublishRefused(f"{wheel}: not a wheel (it has {len(found)} .dist-info/METADATA files)")
+    text = next(iter(found.values()))
+    if len(text) > MAX_METADATA_BYTES:
+        raise PublishRefused(f"{wheel}: its METADATA is larger than {MAX_METADATA_BYTES} bytes")
     try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(names) != 1:
-                raise PublishRefused(f"{wheel}: not a wheel (it has {len(names)} .dist-info/METADATA files)")
-            info = zf.getinfo(names[0])
-            if info.file_size > MAX_METADATA_BYTES:
-                raise PublishRefused(f"{wheel}: its METADATA is larger than {MAX_METADATA_BYTES} bytes")
-            text = zf.read(names[0]).decode("utf-8")
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, NotImplementedError) as exc:
-        raise PublishRefused(f"{wheel}: cannot read its METADATA ({exc})") from None
-    return tuple(HeaderParser().parsestr(text).get_all("Requires-Dist") or ())
+        return tuple(HeaderParser().parsestr(text.decode("utf-8")).get_all("Requires-Dist") or ())
+    except UnicodeDecodeError:
+        raise PublishRefused(f"{wheel}: its METADATA is not UTF-8") from None
 
 
 def exported_wheel(r: Path, env: str, input_hash: str) -> Path | None:
