@@ -190,6 +190,24 @@ def relation(j, art) -> dict[str, str]:
     return out
 
 
+def judgement_entry(j) -> dict[str, Any]:
+    """One verdict the gate relied on, as an attestation states it: tier, result, what it judged, where and when
+    it ran, its ledger fact and how it reaches the published artifact."""
+    v = j.verdict
+    assert v is not None
+    return {
+        "tier": v.tier.value,
+        "verdict": v.verdict.value,
+        "subject": {"kind": v.subject.kind.value, "digest": v.subject.digest},
+        "counts": v.counts,
+        "where": v.host,
+        "date": v.date,
+        "source": v.source,
+        "fact": v.id,
+        "how": j.how,
+    }
+
+
 def predicates(req: PublishRequest, decision: GateDecision, image_id: str, digest: str) -> dict[str, dict]:
     """The provenance and verification predicates of this publication, from the plan and the ledger."""
     ledger = store.load(req.root, req.env_id)
@@ -216,24 +234,9 @@ def predicates(req: PublishRequest, decision: GateDecision, image_id: str, diges
         },
         "builds": [{"fact": a.id, "date": a.date, **(a.builder or {})} for a in builds],
     }
-    tiers = []
-    for j in decision.passed:
-        v = j.verdict
-        assert v is not None
-        tiers.append(
-            {
-                "tier": v.tier.value,
-                "verdict": v.verdict.value,
-                "subject": {"kind": v.subject.kind.value, "digest": v.subject.digest},
-                "counts": v.counts,
-                "where": v.host,
-                "date": v.date,
-                "source": v.source,
-                "fact": v.id,
-                "how": j.how,
-                **({"relation": relation(j, builds[0])} if j.relation else {}),
-            }
-        )
+    tiers = [
+        {**judgement_entry(j), **({"relation": relation(j, builds[0])} if j.relation else {})} for j in decision.passed
+    ]
     verification = {
         "verifier": {"id": "https://flashkit.invalid/gate"},
         "timeVerified": utc_now(),

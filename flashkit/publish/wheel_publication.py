@@ -38,6 +38,7 @@ from flashkit.ledger.gate import GateDecision, Policy
 from flashkit.ledger.model import WheelPublication
 from flashkit.plan.spec import EnvSpec
 from flashkit.publish import attest
+from flashkit.publish.push import judgement_entry
 from flashkit.publish.requirement_files import PROJECT, render
 from flashkit.publish.wheelhouse import served, simple_index
 
@@ -127,24 +128,17 @@ def _paths(env: str, python: str) -> tuple[str, str]:
 
 
 def verdict_entries(decision: GateDecision) -> list[dict[str, Any]]:
-    """Every verdict the gate relied on: tier, result, what it judged, where it ran, and the relation that
-    carries it to this wheel when it judged another file."""
+    """Every verdict the gate relied on (as an image's attestation states it), and the relation that carries it
+    to this wheel when it judged another file."""
     out = []
     for j in decision.passed:
-        v = j.verdict
-        assert v is not None
-        entry = {
-            "tier": v.tier.value,
-            "verdict": v.verdict.value,
-            "subject": {"kind": v.subject.kind.value, "digest": v.subject.digest},
-            "counts": v.counts,
-            "where": v.host,
-            "date": v.date,
-            "fact": v.id,
-            "how": j.how,
-        }
+        entry = judgement_entry(j)
         if j.relation:
-            entry["relation"] = {"kind": j.relation, "source_env": str(j.source_env), "judged": v.subject.digest}
+            entry["relation"] = {
+                "kind": j.relation,
+                "source_env": str(j.source_env),
+                "judged": entry["subject"]["digest"],
+            }
             if j.device_code:
                 entry["relation"]["device_code"] = str(j.device_code)
         out.append(entry)

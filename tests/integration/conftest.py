@@ -72,11 +72,10 @@ def built_env(engine):
 
 
 @pytest.fixture(scope="session")
-def debian_base(engine):
-    """A small flashkit/debian image in the engine (the bases are made in buildah's storage, not the engine).
-
-    The main job's (cu130-torch211's) runtime base, named as the build names it, is copied into the engine
-    (same id); skips with the command that makes it when buildah's storage does not have it.
+def runtime_base(engine):
+    """``runtime_base(env_id)``: that env's runtime base (plain Debian with its python3 and venv, no torch), in
+    the engine under the name the build gives it (the bases are made in buildah's storage; the same id is
+    copied into the engine). Skips, naming the command that makes it, when buildah's storage does not have it.
     """
     from pathlib import Path
 
@@ -84,20 +83,29 @@ def debian_base(engine):
     from flashkit.plan import baselock
     from flashkit.plan.plan import load_plan
 
-    plan = load_plan(Path(__file__).resolve().parents[2], "cu130-torch211")
-    lock, _ = baselock.parse(plan.locks.base or "")
-    assert lock is not None, "cu130-torch211's base lock does not parse"
-    tag = base.base_tag(base.BASE_NAMESPACE, plan.spec, lock, "runtime")
-    ref = tag.removeprefix("localhost/")
-    sdk = engine.sdk()
-    try:
-        if any(ref in i.tags for i in sdk.images.list(name=ref.split(":")[0])):
-            return ref
-    finally:
-        sdk.close()
-    bh = buildah.find_buildah()
-    info = buildah.inspect(bh, tag)
-    if info is None:
-        not_built(f"no {tag} in buildah's storage; run `flashkit base build cu130-torch211`")
-    buildah.push_to_engine(bh, info.image_id, ref, engine)
-    return ref
+    def get(env_id: str) -> str:
+        plan = load_plan(Path(__file__).resolve().parents[2], env_id)
+        lock, _ = baselock.parse(plan.locks.base or "")
+        assert lock is not None, f"{env_id}'s base lock does not parse"
+        tag = base.base_tag(base.BASE_NAMESPACE, plan.spec, lock, "runtime")
+        ref = tag.removeprefix("localhost/")
+        sdk = engine.sdk()
+        try:
+            if any(ref in i.tags for i in sdk.images.list(name=ref.split(":")[0])):
+                return ref
+        finally:
+            sdk.close()
+        bh = buildah.find_buildah()
+        info = buildah.inspect(bh, tag)
+        if info is None:
+            not_built(f"no {tag} in buildah's storage; run `flashkit base build {env_id}`")
+        buildah.push_to_engine(bh, info.image_id, ref, engine)
+        return ref
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def debian_base(runtime_base):
+    """A small flashkit/debian image in the engine: the main job's (cu130-torch211's) runtime base."""
+    return runtime_base("cu130-torch211")

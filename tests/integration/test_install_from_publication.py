@@ -25,10 +25,7 @@ import pytest
 from indexsupport import DEVPI_PASSWORD, DEVPI_USER, free_port, have_devpi, nginx, start_devpi, start_nginx
 from kitsupport import REPO, not_built
 
-from flashkit.images import base, buildah
 from flashkit.images.build import result_path
-from flashkit.plan import baselock
-from flashkit.plan.plan import load_plan
 from flashkit.publish import attest
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser]
@@ -155,26 +152,6 @@ def browser():
         b.close()
 
 
-def _python_base(engine, env: str) -> str:
-    """The runtime base image of ``env`` (plain Debian with its python3 and venv, no torch) in the engine."""
-    plan = load_plan(REPO, env)
-    lock, _ = baselock.parse(plan.locks.base or "")
-    tag = base.base_tag(base.BASE_NAMESPACE, plan.spec, lock, "runtime")
-    ref = tag.removeprefix("localhost/")
-    sdk = engine.sdk()
-    try:
-        if any(ref in i.tags for i in sdk.images.list(name=ref.split(":")[0])):
-            return ref
-    finally:
-        sdk.close()
-    bh = buildah.find_buildah()
-    info = buildah.inspect(bh, tag)
-    if info is None:
-        not_built(f"no {tag} in buildah's storage; run `flashkit base build {env}`")
-    buildah.push_to_engine(bh, info.image_id, ref, engine)
-    return ref
-
-
 def _in_fresh_machine(image: str, script: str, cache: Path) -> subprocess.CompletedProcess:
     """``script`` (bash) as root in a new container of ``image`` on the host's network (the servers listen on
     loopback), with this host's CA bundle when it has one (a TLS-intercepting proxy), uv, and shared caches."""
@@ -208,10 +185,10 @@ def _in_fresh_machine(image: str, script: str, cache: Path) -> subprocess.Comple
 
 @pytest.mark.parametrize("env", sorted(USERS))
 def test_the_command_the_page_shows_installs_a_working_kernel_on_a_fresh_machine(
-    env, sites, browser, engine, tmp_path_factory
+    env, sites, browser, runtime_base, tmp_path_factory
 ):
     torch, cuda, python, base_env = USERS[env]
-    image = _python_base(engine, base_env)
+    image = runtime_base(base_env)
     cache = tmp_path_factory.getbasetemp() / "install-cache"
     cache.mkdir(exist_ok=True)
     steps = []
