@@ -110,3 +110,26 @@ def page_data(html: str) -> dict:
     m = re.search(r'<script type="application/json" id="fk-answers">(.*?)</script>', html, re.S)
     assert m, "the page carries no answers"
     return json.loads(m.group(1))
+
+
+def published_checkout(dest: Path) -> Path:
+    """A copy of this checkout's envs, lockfiles, template, kernel sources and ledgers in which every env verified
+    at its current input hash has its wheel published (a wheel-publication fact at https://flash.example/): the
+    page and resolve as a publication makes them, with the commands a user copies."""
+    import shutil
+
+    from kitsupport import REPO, wheel_publication
+
+    from flashkit.doctor import repo as repo_facts
+    from flashkit.ledger import store
+
+    for d in ("envs", "lockfiles", "templates", "flash_kernels", "verified", "benchmarks"):
+        shutil.copytree(REPO / d, dest / d, ignore=shutil.ignore_patterns("*.lock", "__pycache__", "build"))
+    facts = repo_facts.load(dest)
+    for env, v in sorted(facts.verification.items()):
+        cov = facts.requirements.get(env)
+        if not v.verified or cov is None or not cov.covered:
+            continue
+        art = max(store.load(dest, env).artifacts(v.input_hash), key=lambda a: a.date)
+        store.append(dest, env, [wheel_publication(art, pythons=cov.covered)])
+    return dest

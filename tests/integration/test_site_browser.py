@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from kitsupport import REPO
-from sitesupport import PAYLOAD, hostile_checkout, resolver
+from sitesupport import PAYLOAD, hostile_checkout, published_checkout, resolver
 
 from flashkit.site import render
 
@@ -79,8 +79,14 @@ def _site(root: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def repo_site(tmp_path_factory) -> Path:
-    return _site(REPO, tmp_path_factory.mktemp("browser") / "site")
+def checkout(tmp_path_factory) -> Path:
+    """This checkout with every verified env's wheel published: the page users get, commands and all."""
+    return published_checkout(tmp_path_factory.mktemp("published") / "repo")
+
+
+@pytest.fixture(scope="module")
+def repo_site(checkout, tmp_path_factory) -> Path:
+    return _site(checkout, tmp_path_factory.mktemp("browser") / "site")
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +133,10 @@ def _shown(page) -> tuple[int, list[str], list[str]]:
     return code, out.splitlines(), err.splitlines()
 
 
-def _cli(*argv: str) -> tuple[int, list[str], list[str]]:
+def _cli(root: Path, *argv: str) -> tuple[int, list[str], list[str]]:
     """`flashkit resolve` as a user runs it: a separate process, its two streams."""
     proc = subprocess.run(
-        [sys.executable, "-m", "flashkit.cli.main", "--repo", str(REPO), "resolve", *argv],
+        [sys.executable, "-m", "flashkit.cli.main", "--repo", str(root), "resolve", *argv],
         capture_output=True,
         text=True,
         env={**os.environ, "NO_COLOR": "1"},
@@ -143,36 +149,40 @@ def _select_names(page) -> list[str]:
     return page.eval_on_selector_all("select[data-fk-select]", "els => els.map(e => e.name)")
 
 
-def _as_resolve_prints(page, site_url: str, torch: str, cuda: str, python: str) -> tuple[int, list[str], list[str]]:
+def _as_resolve_prints(
+    page, site_url: str, root: Path, torch: str, cuda: str, python: str
+) -> tuple[int, list[str], list[str]]:
     """Choose torch, CUDA and Python (ABI: either) on the page; what it shows, checked against the CLI's."""
     page.goto(site_url)
     _choose(page, dict(zip(_select_names(page), [torch, f"CUDA {cuda}", python, "either"], strict=True)))
     shown = _shown(page)
-    assert shown == _cli("--torch", torch, "--cuda", cuda, "--python", python)
+    assert shown == _cli(root, "--torch", torch, "--cuda", cuda, "--python", python)
     return shown
 
 
-def test_a_fitting_choice_shows_what_resolve_prints(watched, site_url):
+def test_a_fitting_choice_shows_what_resolve_prints(watched, site_url, checkout):
     page = watched.page
-    code, out, _err = _as_resolve_prints(page, site_url, "2.12.0", "13.0", "3.12")
-    assert code == 0 and any(line.startswith("pip install") or "uv pip" in line for line in out), out
+    code, out, _err = _as_resolve_prints(page, site_url, checkout, "2.11.0", "13.0", "3.12")
+    assert code == 0 and out == [
+        "pip install --require-hashes -r https://flash.example/requirements/cu130-torch211/py3.12.txt"
+    ]
     assert page.is_visible("#fk-out")
-    assert page.text_content("#fk-cmd") == "flashkit resolve --torch 2.12.0 --cuda 13.0 --python 3.12"
+    assert page.text_content("#fk-cmd") == "flashkit resolve --torch 2.11.0 --cuda 13.0 --python 3.12"
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "selector.png"), full_page=False)
     assert watched.errors == []
 
 
-def test_a_choice_nothing_fits_says_why(watched, site_url):
+def test_a_choice_nothing_fits_says_why(watched, site_url, checkout):
     page = watched.page
     # torch 2.6 was only ever built for CUDA 12.4: CUDA 13.0 fits nothing, and the page says why.
-    code, out, err = _as_resolve_prints(page, site_url, "2.6.0", "13.0", "3.12")
+    code, out, err = _as_resolve_prints(page, site_url, checkout, "2.6.0", "13.0", "3.12")
     assert code == 33 and out == [] and err[-2].startswith("flashkit: error: no verified build fits"), err
     assert not page.is_visible("#fk-out")
     assert "33" in (page.text_content("#fk-verdict") or "")
 
 
-def test_every_choice_in_the_browser_is_resolves(watched, site_url):
+def test_every_choice_in_the_browser_is_resolves(watched, site_url, checkout):
     """Every combination the selects can form, set in the page and read back, against resolve's text (the
     CLI's own, its facts read once; tests/test_site.py checks that text against the CLI itself)."""
     page = watched.page
@@ -198,7 +208,7 @@ def test_every_choice_in_the_browser_is_resolves(watched, site_url):
         sizes,
     )
     assert len(shown) == len(list(itertools.product(*(range(n) for n in sizes))))
-    resolve = resolver(REPO)
+    resolve = resolver(checkout)
     for code, cmd, out, err in shown:
         argv = cmd.split()[2:]
         assert (code, out.splitlines(), err.splitlines()) == resolve(argv), cmd
@@ -320,14 +330,14 @@ def test_a_choice_nothing_fits_names_the_nearest_fit_first(watched, site_url):
     assert watched.errors == []
 
 
-def test_options_that_fit_nothing_are_greyed_and_still_selectable(watched, site_url):
+def test_options_that_fit_nothing_are_greyed_and_still_selectable(watched, site_url, checkout):
     page = watched.page
     page.goto(site_url)
     _choose_named(page, {"torch": "2.6.0", "accel": "CUDA 12.4", "python": "3.12", "abi": "either"})
     options = page.eval_on_selector_all(
         "#sel-accel option", "els => els.map(o => [o.dataset.label, o.className, o.textContent, o.disabled])"
     )
-    resolve = resolver(REPO)
+    resolve = resolver(checkout)
     for label, cls, text, disabled in options:
         kind, version = label.split()
         chosen = label == "CUDA 12.4"
@@ -370,7 +380,9 @@ def test_the_url_round_trips_over_file_and_http(browser, repo_site, site_url, ho
     try:
         w.page.goto(base + "?torch=2.7.1&cuda=12.6&python=3.11")
         code, out, _err = _shown(w.page)
-        assert code == 0 and out[0].endswith("lockfiles/cu124-torch27/py3.11.txt")
+        assert code == 0 and out == [
+            "pip install --require-hashes -r https://flash.example/requirements/cu124-torch27/py3.11.txt"
+        ]
         assert w.page.text_content("#fk-cmd") == "flashkit resolve --torch 2.7.1 --cuda 12.6 --python 3.11"
         assert w.errors == []
     finally:
@@ -425,13 +437,13 @@ def test_a_phone_wraps_the_command_and_stacks_the_matrix(browser, site_url):
         w.close()
 
 
-def test_without_javascript_the_default_answer_is_there(browser, site_url):
+def test_without_javascript_the_default_answer_is_there(browser, site_url, checkout):
     w = Watched(browser, java_script_enabled=False)
     try:
         page = w.page
         page.goto(site_url)
         argv = page.eval_on_selector("#fk-cmd", "e => e.textContent").split()[2:]
-        code, out, err = resolver(REPO)(argv)
+        code, out, err = resolver(checkout)(argv)
         assert code != 33 and any(line.startswith("fits: ") for line in err)
         assert page.is_visible("#fk-out") == bool(out)
         assert page.text_content("#fk-out").splitlines() == out
