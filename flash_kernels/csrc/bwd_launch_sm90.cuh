@@ -36,24 +36,19 @@ void run_bwd_sm90(const AttnParams& p, cudaStream_t stream) {
     return maps;
   };
   {
-    auto kernel = attn_bwd_dkdv_sm90_kernel<KV, kBanded>;
-    FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KV::kSmemBytes));
     const dim3 grid((p.seqlen_k + KV::kBlockN - 1) / KV::kBlockN, p.heads_kv, p.batch);
-    kernel<<<grid, KV::kNThreads, KV::kSmemBytes, stream>>>(p, maps_for(KV::kBlockM, KV::kBlockN));
-    FK_CUDA_CHECK(cudaGetLastError());
+    launch_kernel<attn_bwd_dkdv_sm90_kernel<KV, kBanded>>(grid, KV::kNThreads, KV::kSmemBytes, stream, p,
+                                                          maps_for(KV::kBlockM, KV::kBlockN));
   }
   if constexpr (KV::kAccumDq) {
     // The workspace (zeroed by the host) now holds dQ / softmax_scale in float32.
     const dim3 grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
-    dq_convert_kernel<T, kHeadDim><<<grid, 256, 0, stream>>>(p);
-    FK_CUDA_CHECK(cudaGetLastError());
+    launch_kernel<dq_convert_kernel<T, kHeadDim>>(grid, 256, 0, stream, p);
   } else {
     using Q = BwdQSm90Traits<T, kHeadDim>;
-    auto kernel = attn_bwd_dq_sm90_kernel<Q, kBanded>;
-    FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Q::kSmemBytes));
     const dim3 grid((p.seqlen_q + Q::kBlockM - 1) / Q::kBlockM, p.heads_q, p.batch);
-    kernel<<<grid, Q::kNThreads, Q::kSmemBytes, stream>>>(p, maps_for(Q::kBlockM, Q::kBlockN));
-    FK_CUDA_CHECK(cudaGetLastError());
+    launch_kernel<attn_bwd_dq_sm90_kernel<Q, kBanded>>(grid, Q::kNThreads, Q::kSmemBytes, stream, p,
+                                                       maps_for(Q::kBlockM, Q::kBlockN));
   }
 }
 

@@ -73,7 +73,6 @@ template <typename T, int kHeadDim, bool kBanded>
 void run_fwd_sm90(const AttnParams& p, cudaStream_t stream) {
   using Traits = FwdSm90Traits<T, kHeadDim>;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  auto kernel = varlen ? attn_fwd_sm90_kernel<Traits, kBanded, true> : attn_fwd_sm90_kernel<Traits, kBanded, false>;
   // Varlen tensors are one packed sequence of total rows; each block finds its own through cu_seqlens.
   const int batch = varlen ? 1 : p.batch;
   const int rows_q = varlen ? p.total_q : p.seqlen_q;
@@ -85,11 +84,13 @@ void run_fwd_sm90(const AttnParams& p, cudaStream_t stream) {
                               p.k_batch_stride, Traits::kBlockN);
   maps.v = make_tensor_map<T>(p.v, p.head_dim, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride,
                               p.v_batch_stride, Traits::kBlockN);
-  constexpr int smem = Traits::kSmemBytes;
-  FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Traits::kNThreads, smem, stream>>>(p, maps);
-  FK_CUDA_CHECK(cudaGetLastError());
+  constexpr int threads = Traits::kNThreads, smem = Traits::kSmemBytes;
+  if (varlen) {
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p, maps);
+  } else {
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p, maps);
+  }
 }
 
 }  // namespace flash_kernels
