@@ -15,7 +15,8 @@
 #      does not fit the same call on a fresh machine, whose Triton cache is empty) is the whole suite on Triton.
 # Logs under $OUT (default ./oom_logs); a compact summary at the end (also $OUT/summary.txt).
 #   usage: flash_kernels/tools/gpu/oom_check.sh [steps...]
-#   steps: build probe suite_cuda new_triton (the default, in that order), suite_triton
+#   steps: build probe suite_cuda new_triton (the default, in that order), suite_triton, host_path (the host time
+#   per call, benchmarks/bench_host_path.py, to compare with main's wheel in the same session)
 set -u
 STEPS=${*:-build probe suite_cuda new_triton}
 OUT=${OUT:-oom_logs}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
@@ -117,7 +118,11 @@ for step in $STEPS; do
     suite_cuda) suite_run suite_cuda cuda 8 "${SUITE_TIMEOUT:-110}" ;;
     new_triton) suite_run new_triton triton 4 "${NEW_TIMEOUT:-120}" -k "test_oom or test_concurrency" ;;
     suite_triton) suite_run suite_triton triton 16 "${TRITON_SUITE_TIMEOUT:-400}" ;;
-    *) say "unknown step $step (build probe suite_cuda new_triton suite_triton)" ;;
+    host_path) PYTHONPATH=$FK timeout "${HOST_PATH_TIMEOUT:-240}" python3 benchmarks/bench_host_path.py --repeats 5 \
+                 --out "$OUT/host_path.json" > "$OUT/host_path.log" 2>&1
+               say "host_path rc=$? (host us per call by layer, SDPA in the same run: benchmarks/bench_host_path.py)"
+               tail -14 "$OUT/host_path.log" | tee -a "$SUMMARY" ;;
+    *) say "unknown step $step (build probe suite_cuda new_triton suite_triton host_path)" ;;
   esac
 done
 echo "===== summary ($SUMMARY)"; cat "$SUMMARY"
