@@ -24,7 +24,8 @@ void run_bwd_sm90(const AttnParams& p, cudaStream_t stream) {
   const int rows_k = varlen ? p.total_k : p.seqlen_k;
   // Each kernel reads q / dO and k / v with its own box height (its query and key blocks).
   auto maps_for = [&](int q_box, int kv_box) {
-    Sm90BwdTensorMaps maps;
+    Sm90BwdTensorMaps maps{};
+    if (t_prepare_only) return maps;  // nothing is launched: no tensors to describe
     maps.q = make_tensor_map<T>(p.q, p.head_dim, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride,
                                 p.q_batch_stride, q_box);
     maps.dout = make_tensor_map<T>(p.dout, p.head_dim, rows_q, p.heads_q, batch, p.do_row_stride, p.do_head_stride,

@@ -76,7 +76,11 @@ void run_fwd(const AttnParams& p, cudaStream_t stream) {
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
   constexpr int threads = Traits::kNThreads, smem = Traits::kSmemBytes;
   // Dense, varlen and paged varlen calls share one instantiation file (one nvcc front-end pass for all).
-  if (p.cu_seqlens_q == nullptr) {
+  if (t_prepare_only) {
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p);
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p);
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, true, true>>(grid, threads, smem, stream, p);
+  } else if (p.cu_seqlens_q == nullptr) {
     launch_kernel<attn_fwd_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p);
   } else if (p.block_table == nullptr) {
     launch_kernel<attn_fwd_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p);

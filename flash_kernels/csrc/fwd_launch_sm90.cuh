@@ -77,15 +77,20 @@ void run_fwd_sm90(const AttnParams& p, cudaStream_t stream) {
   const int batch = varlen ? 1 : p.batch;
   const int rows_q = varlen ? p.total_q : p.seqlen_q;
   const int rows_k = varlen ? p.total_k : p.seqlen_k;
-  Sm90TensorMaps maps;
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
+  constexpr int threads = Traits::kNThreads, smem = Traits::kSmemBytes;
+  Sm90TensorMaps maps{};
+  if (t_prepare_only) {  // both variants, no tensors to describe
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p, maps);
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p, maps);
+    return;
+  }
   maps.q = make_tensor_map<T>(p.q, p.head_dim, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride,
                               p.q_batch_stride, Traits::kBlockM);
   maps.k = make_tensor_map<T>(p.k, p.head_dim, rows_k, p.heads_kv, batch, p.k_row_stride, p.k_head_stride,
                               p.k_batch_stride, Traits::kBlockN);
   maps.v = make_tensor_map<T>(p.v, p.head_dim, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride,
                               p.v_batch_stride, Traits::kBlockN);
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
-  constexpr int threads = Traits::kNThreads, smem = Traits::kSmemBytes;
   if (varlen) {
     launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p, maps);
   } else {

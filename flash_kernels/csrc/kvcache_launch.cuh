@@ -124,7 +124,7 @@ void run_kvcache(const AttnParams& p, cudaStream_t stream) {
   if (x > INT32_MAX) throw std::runtime_error("flash_kernels: KV-cache grid too large (seqlen_q x splits)");
   const dim3 grid(static_cast<unsigned>(x), p.heads_kv, p.batch);
   launch_kernel<attn_kvcache_kernel<Traits>>(grid, Traits::kNThreads, Traits::kSmemBytes, stream, p);
-  if (p.num_splits > 1) run_kvcache_combine<T>(p, stream);
+  if (p.num_splits > 1 || t_prepare_only) run_kvcache_combine<T>(p, stream);
 }
 
 // Compute capability major of the current device, queried once per device.
@@ -158,6 +158,7 @@ void run_kvcache_combine(const AttnParams& p, cudaStream_t stream) {
   config.attrs = attr;
   config.numAttrs = current_device_major() >= 9 ? 1 : 0;
   prepare_kernel<kvcache_combine_kernel<T>>(0);
+  if (t_prepare_only) return;
   FK_CUDA_CHECK(cudaLaunchKernelEx(&config, kvcache_combine_kernel<T>, p));
 }
 // One definition of each, in instantiations/kvcache_combine.cu (the head-dim files only call it).

@@ -71,6 +71,18 @@ void prepare_kernel(int smem) {
   prepared.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+// True while prepare_kernels (ops.cpp) walks the launchers on this thread: launch_kernel then prepares each
+// kernel it would launch and launches nothing, and the launchers skip the host work that needs real tensors
+// (the Hopper kernels' tensor maps).
+inline thread_local bool t_prepare_only = false;
+
+struct PrepareOnlyScope {
+  PrepareOnlyScope() { t_prepare_only = true; }
+  ~PrepareOnlyScope() { t_prepare_only = false; }
+  PrepareOnlyScope(const PrepareOnlyScope&) = delete;
+  PrepareOnlyScope& operator=(const PrepareOnlyScope&) = delete;
+};
+
 // Launches Kernel, prepared once per device, on `stream`. cudaLaunchKernel returns the launch's own error (a
 // bad configuration, or no memory for its resources), where <<<...>>> followed by cudaGetLastError would also
 // report an unrelated error left pending by an earlier runtime call of this thread. `args` are the kernel's
@@ -78,6 +90,7 @@ void prepare_kernel(int smem) {
 template <auto Kernel, typename... Args>
 void launch_kernel(dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
   prepare_kernel<Kernel>(smem);
+  if (t_prepare_only) return;
   void* params[] = {static_cast<void*>(&args)...};
   FK_CUDA_CHECK(cudaLaunchKernel(Kernel, grid, block, params, static_cast<size_t>(smem), stream));
 }

@@ -612,6 +612,52 @@ std::tuple<Tensor, Tensor, Tensor> varlen_bwd(
   return {tapi::squeeze(dq, 0), tapi::squeeze(dk, 0), tapi::squeeze(dv, 0)};
 }
 
+// Loads every kernel of the module on `device` (and opts it in to its shared memory) without launching one:
+// under lazy module loading the driver otherwise loads a kernel's code on its first launch, which needs device
+// memory then, when the GPU may be full. Walks each launcher in prepare-only mode (launch_check.h). Returns
+// how many launchers it walked.
+int64_t prepare_kernels(int64_t device) {
+  int count = 0;
+  FK_CUDA_CHECK(cudaGetDeviceCount(&count));
+  FK_CHECK(device >= 0 && device < count, "flash_kernels_cuda: prepare_kernels: device ", device, " is not one of the ",
+           count, " CUDA devices this process sees");
+  const tapi::DeviceGuard guard(static_cast<int>(device));
+  int major = 0, minor = 0;
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, static_cast<int>(device)));
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, static_cast<int>(device)));
+  int sms = 0;
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, static_cast<int>(device)));
+  const PrepareOnlyScope prepare_only;
+  AttnParams p{};  // no launch reads it; sizes of one so every host computation stays in range
+  p.batch = p.seqlen_q = p.seqlen_k = p.heads_q = p.heads_kv = p.head_group = p.head_dim = 1;
+  p.cache_capacity = p.cache_batch = 64;
+  p.num_splits = 1;
+  int64_t walked = 0;
+  for (const KernelEntry& e : kKernels) {
+    e.fwd(p, nullptr);
+    e.bwd(p, nullptr);
+    walked += 2;
+  }
+#ifdef FLASH_KERNELS_SM90A
+  if (major * 10 + minor == 90) {  // sm_90a code loads on exactly cc 9.0
+    for (const KernelEntry& e : kSm90Kernels) {
+      for (const LaunchFn fn : {e.fwd, e.bwd}) {
+        if (fn != nullptr) {
+          fn(p, nullptr);
+          ++walked;
+        }
+      }
+    }
+  }
+#endif
+  for (const KvcacheEntry& e : kKvcacheKernels) {
+    e.plan(p, sms, 1);
+    e.run(p, nullptr);
+    walked += 2;
+  }
+  return walked;
+}
+
 // The tensor ops' schemas, the same in both builds (tools/tests/test_cuda_ops_registration.py pins them).
 constexpr const char* kTensorOpSchemas[] = {
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, int window_right, "
@@ -642,6 +688,7 @@ STABLE_TORCH_LIBRARY(flash_kernels_cuda, m) {
   m.def("compiled_head_dims() -> int[]");
   m.def("sm90_compiled() -> bool");  // whether the module carries the Hopper (sm_90a: wgmma, TMA) kernels
   m.def("kvcache_head_dims() -> int[]");
+  m.def("prepare_kernels(int device) -> int");  // load every kernel on the device now (see prepare_kernels)
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {
@@ -656,6 +703,7 @@ STABLE_TORCH_LIBRARY_IMPL(flash_kernels_cuda, CompositeExplicitAutograd, m) {
   m.impl("compiled_head_dims", TORCH_BOX(&flash_kernels::compiled_head_dims));
   m.impl("sm90_compiled", TORCH_BOX(&flash_kernels::sm90_compiled));
   m.impl("kvcache_head_dims", TORCH_BOX(&flash_kernels::kvcache_head_dims));
+  m.impl("prepare_kernels", TORCH_BOX(&flash_kernels::prepare_kernels));
 }
 
 #else  // version-bound build
@@ -667,6 +715,7 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
   // Whether the module carries the Hopper (sm_90a: wgmma, TMA) kernels.
   m.def("sm90_compiled() -> bool", &flash_kernels::sm90_compiled);
   m.def("kvcache_head_dims() -> int[]", &flash_kernels::kvcache_head_dims);
+  m.def("prepare_kernels(int device) -> int", &flash_kernels::prepare_kernels);
 }
 
 TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {

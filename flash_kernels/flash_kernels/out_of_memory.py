@@ -18,9 +18,15 @@ layers can run out, and only the first raises that type by itself:
 ``raise_if_out_of_memory(exc, call)`` turns the last two into ``torch.OutOfMemoryError`` (chained
 to the original, whose message says which CUDA call failed); the entry points call it only in
 their ``except`` clause, so a call that succeeds pays nothing.
+
+``prepare_kernels()`` loads the CUDA path's kernels ahead of time: under lazy module loading (CUDA's
+default) the driver loads a kernel's code at its first launch, which then needs device memory, on a
+GPU that may be full by then. ``FLASH_KERNELS_PRELOAD=1`` runs it when torch initialises CUDA.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -59,3 +65,34 @@ def raise_if_out_of_memory(exc: BaseException, call: str) -> None:
         f"{call}: the GPU ran out of memory ({type(exc).__name__}: {text}). Free memory (or lower the "
         "batch) and call again"
     ) from exc
+
+
+def prepare_kernels(device=None) -> int:
+    """Load every kernel of the CUDA extension on ``device`` (default: the current CUDA device) now, while
+    there is memory for their code, so that no later call needs device memory to load one. Triton's kernels
+    are compiled per call signature and load at their first call. Returns how many launchers were walked
+    (0 where the extension is not built, or on ROCm). Out of memory here raises torch.OutOfMemoryError."""
+    from . import dispatch
+
+    module = dispatch.cuda_backend()
+    if module is None or torch.version.hip is not None:
+        return 0
+    index = torch.device(device).index if device is not None else None
+    if index is None:
+        index = torch.cuda.current_device()
+    try:
+        return module.prepare_kernels(index)
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "prepare_kernels")
+        raise
+
+
+def _prepare_at_cuda_init() -> None:
+    prepare_kernels()
+
+
+# torch.cuda._lazy_call runs it when torch initialises CUDA (at once if it already has): the kernels then
+# load before the process fills the GPU. Opt-in: it costs every process that imports flash_kernels and uses
+# CUDA the load of every kernel (time and device memory for their code) whether or not it calls attention.
+if os.environ.get("FLASH_KERNELS_PRELOAD") == "1" and hasattr(torch.cuda, "_lazy_call"):
+    torch.cuda._lazy_call(_prepare_at_cuda_init)

@@ -2,8 +2,8 @@
 
 One process (the caller starts one per trial, so a crash takes only the trial):
 1. builds the inputs of every entry point (dense, varlen, paged varlen, KV cache dense and paged,
-   packed, dropout, deterministic; forward and, where there is one, backward), and with ``--warm``
-   runs each once;
+   packed, dropout, deterministic; forward and, where there is one, backward); with ``--preload``
+   calls flash_kernels.prepare_kernels(), with ``--warm`` runs each entry point once;
 2. fills the GPU until ``--free-mb`` MB are left to the driver (0: until a 2 MB allocation fails);
 3. calls each entry point: it must succeed or raise ``torch.OutOfMemoryError``;
 4. frees the filler and calls each again: it must succeed, and its results must equal (bitwise)
@@ -244,6 +244,7 @@ def run_probe(args) -> dict:
         entries = {name: entries[name] for name in args.entries.split(",")}
     progress = open(args.progress, "a", encoding="utf-8") if args.progress else None  # noqa: SIM115
     warm_torch(dtype)
+    prepared = fk.prepare_kernels() if args.preload else None
     warm = {}
     for name, (cuda_ok, fn) in entries.items() if args.warm else ():
         _use_backend(args.backend, cuda_ok)
@@ -254,6 +255,7 @@ def run_probe(args) -> dict:
         "backend": args.backend,
         "dtype": args.dtype,
         "warm": args.warm,
+        "preloaded_launchers": prepared,
         "free_mb_requested": args.free_mb,
         "free_mb_after_fill": round(filler.free_mb, 1),
         "entries": {},
@@ -296,6 +298,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default="entries", choices=("entries", "issue"))
     parser.add_argument("--entries", default="", help="comma list of entry points (default: all)")
     parser.add_argument("--warm", action="store_true", help="call every entry point once before filling")
+    parser.add_argument("--preload", action="store_true", help="flash_kernels.prepare_kernels() before filling")
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--progress", help="append each step here before it starts")
     args = parser.parse_args(argv)

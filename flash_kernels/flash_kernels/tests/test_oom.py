@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import flash_kernels as fk
-from flash_kernels import triton_attention
+from flash_kernels import dispatch, triton_attention
 from flash_kernels.out_of_memory import OUT_OF_MEMORY_MARKER, is_out_of_memory, raise_if_out_of_memory
 
 from .params import GPU
@@ -95,6 +95,17 @@ def test_entry_points_raise_torch_oom(device, monkeypatch):
     out = fk.flash_attn_func(q, k, v, causal=True)
     with pytest.raises(torch.OutOfMemoryError, match="attention backward"):
         out.sum().backward()
+
+
+def test_prepare_kernels(device):
+    """Loads the CUDA path's kernels (every launcher walked, the same count again); nothing to load without it."""
+    if dispatch.cuda_backend() is None or device.type != "cuda":
+        assert fk.prepare_kernels() == 0
+        return
+    walked = fk.prepare_kernels()
+    assert walked > 0 and fk.prepare_kernels(device) == walked
+    q = torch.randn(1, 64, 2, 64, device=device, dtype=torch.bfloat16)
+    assert torch.isfinite(fk.flash_attn_func(q, q, q, causal=True)).all()  # a call after it runs as before
 
 
 def _probe(backend: str, tmp_path, *args: str) -> dict:

@@ -5,9 +5,10 @@
 #      --target into $FK (default /tmp/fk_oom);
 #   2. probe: trials of flash_kernels/tests/oom_probe.py, each in its own process, one after another (each fills
 #      the GPU): the issue's three dense shapes (backend auto) with 0/4/64 MB left cold (the GPU filled before any
-#      kernel ran), 0 MB warm (every call ran once first) and 4 MB cold under CUDA_MODULE_LOADING=EAGER (every
-#      kernel loaded at start-up: tells lazy loading apart); every entry point on cuda and on triton, cold and
-#      warm. Per trial: the outcomes under pressure (ok / torch.OutOfMemoryError / other), or the signal and the
+#      kernel ran), 0 MB warm (every call ran once first), 0 MB cold after flash_kernels.prepare_kernels() (the
+#      CUDA path's kernels loaded before the fill, no call made) and 4 MB cold under CUDA_MODULE_LOADING=EAGER
+#      (every module loaded at start-up): these tell lazy kernel loading apart; every entry point on cuda
+#      (cold, warm, preloaded) and on triton (cold, warm). Per trial: the outcomes under pressure (ok / torch.OutOfMemoryError / other), or the signal and the
 #      call it died in (the probe's progress file); the first crashing trial runs again under gdb for a native
 #      backtrace when gdb is there;
 #   3. suite_cuda: the package's GPU suite on the CUDA backend (-n 8), test_oom and test_concurrency included and
@@ -84,9 +85,11 @@ probe() {
   say "probe (each line one process; pressure outcomes ok / oom (torch.OutOfMemoryError) / OTHER):"
   for mb in 0 4 64; do trial "issue-cold-${mb}MB" --shapes issue --backend auto --free-mb $mb; done
   trial "issue-warm-0MB" --shapes issue --backend auto --free-mb 0 --warm
+  trial "issue-cold-0MB-preload" --shapes issue --backend auto --free-mb 0 --preload
   CUDA_MODULE_LOADING=EAGER trial "issue-cold-4MB-EAGER" --shapes issue --backend auto --free-mb 4
   for mb in 0 4; do trial "entries-cuda-cold-${mb}MB" --backend cuda --free-mb $mb; done
   trial "entries-cuda-warm-0MB" --backend cuda --free-mb 0 --warm
+  trial "entries-cuda-cold-0MB-preload" --backend cuda --free-mb 0 --preload
   trial "entries-triton-cold-4MB" --backend triton --free-mb 4
   trial "entries-triton-warm-0MB" --backend triton --free-mb 0 --warm
   if [ -n "$FIRST_CRASH" ] && command -v gdb > /dev/null; then
