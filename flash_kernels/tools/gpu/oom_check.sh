@@ -25,6 +25,10 @@ FK=${FK:-/tmp/fk_oom}
 export PYTHONUNBUFFERED=1
 SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+# The whole run stays within BUDGET seconds (default 560: a 600 s call with room to fetch the logs): each
+# step's limit is its own or what is left, whichever is less, and a step with under 20 s left is skipped.
+DEADLINE=$((SECONDS + ${BUDGET:-560}))
+limit() { local left=$((DEADLINE - SECONDS - 5)); echo $(( $1 < left ? $1 : left )); }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
@@ -34,7 +38,7 @@ say "host: $(head -1 "$OUT/host.txt")"
 build() {
   rm -rf "$OUT/wheel" "$FK"
   ( cd flash_kernels && FLASH_KERNELS_BUILD_CUDA=1 FLASH_KERNELS_CUDA_ARCHS=${ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16} \
-      timeout ${BUILD_TIMEOUT:-170} python3 -m pip wheel --no-build-isolation --no-deps -w "$OUT/wheel" . ) \
+      timeout "$(limit "${BUILD_TIMEOUT:-170}")" python3 -m pip wheel --no-build-isolation --no-deps -w "$OUT/wheel" . ) \
       > "$OUT/build.log" 2>&1
   local rc=$?
   local whl; whl=$(ls "$OUT"/wheel/flash_kernels-*.whl 2>/dev/null | head -1)
@@ -48,12 +52,14 @@ trial() {
   local name=$1; shift
   local progress="$OUT/probe/$name.progress" report="$OUT/probe/$name.json"
   rm -f "$progress" "$report"
-  PYTHONPATH=$FK timeout ${TRIAL_TIMEOUT:-90} python3 -X faulthandler -m flash_kernels.tests.oom_probe \
+  local secs; secs=$(limit "${TRIAL_TIMEOUT:-60}")
+  if [ "$secs" -lt 20 ]; then say "  $name: skipped (the run's time budget is spent)"; return; fi
+  PYTHONPATH=$FK timeout "$secs" python3 -X faulthandler -m flash_kernels.tests.oom_probe \
       --json "$report" --progress "$progress" "$@" > "$OUT/probe/$name.log" 2>&1
   local rc=$? last; last=$(tail -1 "$progress" 2>/dev/null)
   local verdict
   if [ $rc -eq 124 ]; then
-    verdict="TIMEOUT after ${TRIAL_TIMEOUT:-90} s during '$last'"
+    verdict="TIMEOUT after $secs s during '$last'"
   elif [ $rc -ge 128 ]; then
     verdict="CRASH: signal $((rc - 128)) during '$last'"
     [ -z "${FIRST_CRASH:-}" ] && FIRST_CRASH="$name|$*"
@@ -95,7 +101,7 @@ probe() {
   if [ -n "$FIRST_CRASH" ] && command -v gdb > /dev/null; then
     local name=${FIRST_CRASH%%|*} args=${FIRST_CRASH#*|}
     # shellcheck disable=SC2086  # the trial's arguments, split as they were passed
-    PYTHONPATH=$FK timeout 120 gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 \
+    PYTHONPATH=$FK timeout "$(limit 90)" gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 \
         -m flash_kernels.tests.oom_probe $args > "$OUT/probe/$name.gdb.txt" 2>&1
     say "  gdb backtrace of $name: probe/$name.gdb.txt"; grep -m 12 '^#' "$OUT/probe/$name.gdb.txt" | tee -a "$SUMMARY"
   fi
@@ -106,6 +112,8 @@ probe() {
 suite_run() {
   local name=$1 backend=$2 workers=$3 limit=$4; shift 4
   local log="$OUT/$name.log"
+  limit=$(limit "$limit")
+  if [ "$limit" -lt 20 ]; then say "$name: skipped (the run's time budget is spent)"; return; fi
   PYTHONPATH=$FK timeout "$limit" python3 -m flash_kernels.selftest --tier gpu --backend "$backend" -q -rA \
       -n "$workers" "$@" > "$log" 2>&1
   say "$name ($backend, -n $workers) rc=$?: $(grep -a 'FLASH_KERNELS_SELFTEST' "$log" | tail -1)"
@@ -121,11 +129,12 @@ for step in $STEPS; do
     suite_cuda) suite_run suite_cuda cuda 8 "${SUITE_TIMEOUT:-110}" ;;
     new_triton) suite_run new_triton triton 4 "${NEW_TIMEOUT:-120}" -k "test_oom or test_concurrency" ;;
     suite_triton) suite_run suite_triton triton 16 "${TRITON_SUITE_TIMEOUT:-400}" ;;
-    host_path) PYTHONPATH=$FK timeout "${HOST_PATH_TIMEOUT:-240}" python3 benchmarks/bench_host_path.py --repeats 5 \
+    host_path) PYTHONPATH=$FK timeout "$(limit "${HOST_PATH_TIMEOUT:-240}")" python3 benchmarks/bench_host_path.py --repeats 5 \
                  --out "$OUT/host_path.json" > "$OUT/host_path.log" 2>&1
                say "host_path rc=$? (host us per call by layer, SDPA in the same run: benchmarks/bench_host_path.py)"
                tail -14 "$OUT/host_path.log" | tee -a "$SUMMARY" ;;
     *) say "unknown step $step (build probe suite_cuda new_triton suite_triton host_path)" ;;
   esac
 done
+say "elapsed ${SECONDS} s"
 echo "===== summary ($SUMMARY)"; cat "$SUMMARY"
