@@ -96,8 +96,9 @@ probe() {
   for mb in 0 4; do trial "entries-cuda-cold-${mb}MB" --backend cuda --free-mb $mb; done
   trial "entries-cuda-warm-0MB" --backend cuda --free-mb 0 --warm
   trial "entries-cuda-cold-0MB-preload" --backend cuda --free-mb 0 --preload
-  trial "entries-triton-cold-4MB" --backend triton --free-mb 4
-  trial "entries-triton-warm-0MB" --backend triton --free-mb 0 --warm
+  # Triton compiles each kernel at its first call (an empty cache on a fresh machine): more time.
+  TRIAL_TIMEOUT=${TRITON_TRIAL_TIMEOUT:-120} trial "entries-triton-cold-4MB" --backend triton --free-mb 4
+  TRIAL_TIMEOUT=${TRITON_TRIAL_TIMEOUT:-120} trial "entries-triton-warm-0MB" --backend triton --free-mb 0 --warm
   if [ -n "$FIRST_CRASH" ] && command -v gdb > /dev/null; then
     local name=${FIRST_CRASH%%|*} args=${FIRST_CRASH#*|}
     # shellcheck disable=SC2086  # the trial's arguments, split as they were passed
