@@ -719,3 +719,13 @@ def test_without_torch_the_env_covering_this_python_is_preferred():
     ).recommendation
     assert "3.9" in found.requirements[rec.env].covered
     assert rec.python_note is None and rec.publication_note  # covered; nothing published in this checkout
+
+
+def test_module_carrying_its_own_cxx_runtime(tmp_path):
+    static = inspect(built(build.cxx_runtime_module, tmp_path / "static.so", static_libstdcxx=True))
+    [f] = [f for f in doctor.module_findings(static, doctor.Target(python=(3, 12))) if f.code == "embedded-cxx-runtime"]
+    assert f.severity == "error" and "std::locale::id::_M_id() const" in f.what
+    assert "libstdc++.a" in f.cause and "CXX=" in f.fix
+    shared = inspect(built(build.cxx_runtime_module, tmp_path / "shared.so", static_libstdcxx=False))
+    assert shared.embedded_cxx_runtime == ()
+    assert "embedded-cxx-runtime" not in codes(doctor.module_findings(shared, doctor.Target(python=(3, 12))))

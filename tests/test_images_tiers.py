@@ -163,7 +163,13 @@ def _gxx(out: Path, src: str, *extra: str) -> None:
 
 
 def _fake_image(
-    tmp: Path, provider_signature: str, ext_extra: str = "", *, shim: tuple[str, ...] = (), ext_src: str | None = None
+    tmp: Path,
+    provider_signature: str,
+    ext_extra: str = "",
+    *,
+    shim: tuple[str, ...] = (),
+    ext_src: str | None = None,
+    ext_link: tuple[str, ...] = (),
 ) -> tuple[str, dict]:
     """A root with libc, an interpreter, torch/lib/libc10.so and an installed extension.
 
@@ -211,6 +217,7 @@ def _fake_image(
         + ext_extra
         + 'extern "C" void* go() { c10::cuda::SetDevice(0); return PyLong_FromLong(1); }\n',
         *link,
+        *ext_link,
     )
     probe = {
         "python": "/usr/bin/python3",
@@ -257,6 +264,19 @@ def test_abi_flags_non_limited_api_in_an_abi3_wheel(tmp_path):
     verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
     assert verdict == "failed"
     assert "_PyObject_GetDictPtr: not in the CPython stable ABI" in "\n".join(reasons)
+
+
+@needs_gxx
+def test_abi_fails_an_extension_linked_with_libstdcxx_a(tmp_path):
+    # An error message built the way the kernels build theirs pulls the stream and locale code in.
+    fmt = (
+        "#include <sstream>\n#include <string>\n"
+        "std::string text(long n) { std::ostringstream s; s << n; return s.str(); }\n"
+    )
+    root, probe = _fake_image(tmp_path, "int", fmt, ext_link=("-static-libstdc++",))
+    verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
+    assert verdict == "failed"
+    assert "carries its own C++ runtime (defines std::locale::id::_M_id() const" in "\n".join(reasons)
 
 
 @needs_gxx

@@ -633,3 +633,23 @@ def limited_api_violations(obj: ElfObject, minimum: tuple[int, int] | None = Non
                 )
             )
     return tuple(issues)
+
+
+# Symbols that only libstdc++'s own library code defines (no header instantiates them), so an extension that
+# exports one carries a copy of the C++ runtime: the library-only parts of locale, stream start-up and the
+# exception runtime.
+_CXX_RUNTIME_MARKERS = {
+    "_ZNKSt6locale2id5_M_idEv": "std::locale::id::_M_id() const",
+    "_ZNSt6localeC1Ev": "std::locale::locale()",
+    "_ZNSt8ios_base4InitC1Ev": "std::ios_base::Init::Init()",
+    "__cxa_throw": "__cxa_throw",
+    "__cxa_allocate_exception": "__cxa_allocate_exception",
+}
+
+
+def embedded_cxx_runtime(obj: ElfObject) -> tuple[str, ...]:
+    """The C++ runtime functions ``obj`` defines and exports itself (empty for a module that uses the shared
+    libstdc++). A module linked with libstdc++.a runs its own copy beside the libstdc++.so torch loaded, over
+    one set of exported global state (locale facets, stream start-up); where the two copies differ in
+    version, the first error message that formats a number can end the process with SIGSEGV."""
+    return tuple(shown for name, shown in _CXX_RUNTIME_MARKERS.items() if name in obj.defined)

@@ -189,6 +189,7 @@ def module_findings(m: probe.ModuleFacts, target: Target, built: BuildLabel | No
     out.extend(_glibc_findings(m, dataclasses.replace(target, glibc=None) if loader_said else target))
     out.extend(_cxx_abi_findings(m, target, out))
     out.extend(_abi3_findings(m))
+    out.extend(_embedded_runtime_findings(m))
     out.extend(_gpu_code_findings(m, target))
     return out
 
@@ -391,6 +392,28 @@ def _abi3_findings(m: probe.ModuleFacts) -> list[Finding]:
             fix="define Py_LIMITED_API to the oldest supported version (setuptools: py_limited_api=True "
             "and define_macros=[('Py_LIMITED_API', '0x03090000')]) and replace the listed calls",
             details={"module": m.path, "symbols": names},
+        )
+    ]
+
+
+def _embedded_runtime_findings(m: probe.ModuleFacts) -> list[Finding]:
+    """A module linked with libstdc++.a: it imports and runs, and dies at its first error message."""
+    if not m.embedded_cxx_runtime:
+        return []
+    return [
+        Finding(
+            "error",
+            "embedded-cxx-runtime",
+            m.path,
+            "carries its own copy of the C++ runtime (defines "
+            + ", ".join(m.embedded_cxx_runtime)
+            + "): two libstdc++ copies in one process with torch's",
+            cause="linked with libstdc++.a (a compiler without the shared libstdc++); where that copy's version "
+            "differs from the libstdc++ torch loaded, its iostream code runs on the other copy's locale state, "
+            "and the first error that formats a number crashes the process (SIGSEGV) instead of raising",
+            fix="rebuild with a compiler whose libstdc++.so is installed (CXX=/usr/bin/g++), or install a "
+            "verified wheel (`flashkit resolve`)",
+            details={"module": m.path, "defines": list(m.embedded_cxx_runtime)},
         )
     ]
 

@@ -171,6 +171,7 @@ class ModuleFacts:
     glibc_required: str | None = None
     glibcxx_required: str | None = None
     cxx_abi: str | None = None
+    embedded_cxx_runtime: tuple[str, ...] = ()  # C++ runtime functions the module defines itself
     errors: tuple[StepError, ...] = ()
 
 
@@ -418,6 +419,7 @@ def inspect_module(
     facts["has_fatbin"] = obj.has_fatbin
     facts["glibc_required"] = elf.max_version(obj, "GLIBC_")
     facts["glibcxx_required"] = elf.max_version(obj, "GLIBCXX_")
+    facts["embedded_cxx_runtime"] = elf.embedded_cxx_runtime(obj)
 
     def step(name: str, fn: Callable[[], Any], key: str) -> None:
         try:

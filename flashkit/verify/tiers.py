@@ -330,6 +330,14 @@ def check_abi_in_root(root: str, probe: dict, wheel_name: str, spec) -> tuple[st
         problems += stable_problems
         problems += _resolution_problems(res, explained)
         problems += _symbol_version_problems(obj, policy, glibc_limit, glibcxx_limit)
+        runtime = elf.embedded_cxx_runtime(obj)
+        if runtime:
+            problems.append(
+                f"carries its own C++ runtime (defines {', '.join(runtime)}; needs "
+                f"{'libstdc++.so.6' if 'libstdc++.so.6' in obj.needed else 'no libstdc++.so.6'}): it was linked "
+                "with libstdc++.a, a second copy beside the one torch loads, whose error messages can crash the "
+                "process where the two differ in version; rebuild with a compiler that links libstdc++.so"
+            )
         if tag.kind == "abi3" or abi3_min:
             for issue in elf.limited_api_violations(obj, abi3_min or (3, 2)):
                 problems.append(f"{issue.symbol}: {issue.reason} (wheel {wheel_name} claims abi3)")
