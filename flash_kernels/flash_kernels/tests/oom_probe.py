@@ -16,7 +16,7 @@ through flash_kernels, the outcome after freeing, and the equality checks. Exit 
 every entry point met the rules, 1 otherwise (a signal when the process crashed).
 
 ``--backend cuda`` forces the CUDA path where it supports the entry point (dropout runs on Triton
-under ``auto``); ``--shapes issue`` runs instead the three dense shapes of issue 44's probe.
+under ``auto``); ``--shapes issue`` runs instead the three dense shapes of the original out-of-memory report.
 Used by flash_kernels/tests/test_oom.py and flash_kernels/tools/gpu/oom_check.sh.
 """
 
@@ -149,7 +149,7 @@ def entry_points(dtype) -> dict:
 
 
 def issue_shapes(dtype) -> dict:
-    """Issue 44's probe: head dim 40 with 799 x 3 causal, 256 with 1024 x 1024, 128 with 4096 x 4096 causal."""
+    """The original out-of-memory report's shapes: head dim 40 with 799 x 3 causal, 256 with 1024 x 1024, 128 with 4096 x 4096 causal."""
     return {
         "hd40_799x3_causal": (True, _dense(2, 799, 3, 8, 8, 40, dtype, causal=True)),
         "hd256_1024x1024": (True, _dense(2, 1024, 1024, 8, 8, 256, dtype)),

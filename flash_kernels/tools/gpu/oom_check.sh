@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 44 on a GPU host, in one call (run from the repository root; about 5-8 minutes on an H100):
+# Out-of-memory behaviour on a GPU host, in one call (run from the repository root; about 5-8 minutes on an H100):
 #   1. build: the CUDA wheel from this checkout's sources (pip wheel --no-build-isolation, MAX_JOBS=16,
 #      FLASH_KERNELS_CUDA_ARCHS=${ARCHS:-9.0a}: the GPU's own code only, to save build time), installed with
 #      --target into $FK (default /tmp/fk_oom);
@@ -17,7 +17,7 @@
 # Logs under $OUT (default ./oom_logs); a compact summary at the end (also $OUT/summary.txt).
 #   usage: flash_kernels/tools/gpu/oom_check.sh [steps...]
 #   steps: build probe suite_cuda new_triton (the default, in that order), suite_triton, host_path (the host time
-#   per call, benchmarks/bench_host_path.py, to compare with main's wheel in the same session)
+#   per call, benchmarks/bench_host_path.py, to compare with main's wheel on the same machine)
 set -u
 STEPS=${*:-build probe suite_cuda new_triton}
 OUT=${OUT:-oom_logs}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
