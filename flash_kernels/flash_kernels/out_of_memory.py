@@ -71,12 +71,17 @@ def prepare_kernels(device=None) -> int:
     """Load every kernel of the CUDA extension on ``device`` (default: the current CUDA device) now, while
     there is memory for their code, so that no later call needs device memory to load one. Triton's kernels
     are compiled per call signature and load at their first call. Returns how many launchers were walked
-    (0 where the extension is not built, or on ROCm). Out of memory here raises torch.OutOfMemoryError."""
+    (0 where the extension is not built, on ROCm, or, with no ``device`` given, where no CUDA device is usable,
+    so start-up code can call it unconditionally). Out of memory here raises torch.OutOfMemoryError."""
     from . import dispatch
 
     module = dispatch.cuda_backend()
     if module is None or torch.version.hip is not None:
         return 0
+    if device is None and not torch.cuda.is_available():
+        return 0
+    if device is not None and torch.device(device).type != "cuda":
+        raise ValueError(f"prepare_kernels: device must be a CUDA device, got {torch.device(device)}")
     index = torch.device(device).index if device is not None else None
     if index is None:
         index = torch.cuda.current_device()

@@ -101,6 +101,9 @@ def test_prepare_kernels(device):
     """Loads the CUDA path's kernels (every launcher walked, the same count again); nothing to load without it."""
     if dispatch.cuda_backend() is None or device.type != "cuda":
         assert fk.prepare_kernels() == 0
+        if dispatch.cuda_backend() is not None and torch.version.hip is None:
+            with pytest.raises(ValueError, match="must be a CUDA device, got cpu"):
+                fk.prepare_kernels("cpu")
         return
     walked = fk.prepare_kernels()
     assert walked > 0 and fk.prepare_kernels(device) == walked
