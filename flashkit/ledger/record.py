@@ -24,7 +24,7 @@ from pathlib import Path
 
 from flashkit.core.atomic import utc_now, write_text_atomic
 from flashkit.core.errors import FlashkitError
-from flashkit.core.names import Subject, Tier, Verdict
+from flashkit.core.names import Subject, Tier
 from flashkit.evidence import devicecode
 from flashkit.images.build import BuildResult
 from flashkit.ledger import store
@@ -426,8 +426,3 @@ def record_source_verdict(
     )  # fmt: skip
     ledger, _added = store.append(root, env, [fact])
     return ledger, fact, path
-
-
-def not_passed(outcomes: list[TierOutcome], required: tuple[Tier, ...]) -> list[TierOutcome]:
-    """The outcomes of ``required`` tiers that did not pass."""
-    return [o for o in outcomes if o.tier in required and o.verdict is not Verdict.PASSED]
