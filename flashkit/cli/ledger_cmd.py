@@ -12,7 +12,7 @@ from flashkit.core.errors import FlashkitError, LockError, NotVerified, PublishR
 from flashkit.core.names import REQUIRED_ON_BUILD_HOST, Tier
 from flashkit.images.build import build_plan, human_size, image_ref, load_result
 from flashkit.images.engine import ensure_engine
-from flashkit.ledger import device_code, gate, gpu_import, migrate, record, store, verify
+from flashkit.ledger import device_code, gate, gpu_import, migrate, record, store, tier_runner
 from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.model import where_it_ran
 from flashkit.plan import production
@@ -38,7 +38,7 @@ def _tiers(text: str) -> tuple[Tier, ...]:
 
 
 def _report(root_dir: Path, env: str, outcomes, judged) -> None:
-    print(verify.summary(outcomes, judged))
+    print(tier_runner.summary(outcomes, judged))
     print(f"ledger: {paths.rel(root_dir, store.ledger_path(root_dir, env))}")
 
 
@@ -54,9 +54,9 @@ def cmd_test(args) -> int:
         f"{res.env} @ {res.input_hash}: {how}; runtime {human_size(res.runtime_size)}, "
         f"builder {human_size(res.builder_size)}; wheel {res.wheel_sha256[:16]}"
     )
-    _artifact, outcomes, judged = verify.verify_build(r, plan, res, tiers, engine)
+    _artifact, outcomes, judged = tier_runner.run_and_record(r, plan, res, tiers, engine)
     _report(r, res.env, outcomes, judged)
-    verify.require(outcomes, tuple(t for t in tiers if t in REQUIRED_ON_BUILD_HOST))
+    tier_runner.require(outcomes, tuple(t for t in tiers if t in REQUIRED_ON_BUILD_HOST))
     return 0
 
 
@@ -90,11 +90,11 @@ def cmd_verify(args) -> int:
     r = root(args)
     tiers = _tiers(args.tiers)
     (plan,) = plans(r, args)
-    res = verify.cached_build(r, plan)
-    _artifact, outcomes, judged = verify.verify_build(r, plan, res, tiers, ensure_engine())
+    res = tier_runner.cached_build(r, plan)
+    _artifact, outcomes, judged = tier_runner.run_and_record(r, plan, res, tiers, ensure_engine())
     print(f"{plan.env_id} @ {res.input_hash} (image {res.runtime_id[:19]}, wheel {res.wheel_sha256[:12]})")
     _report(r, plan.env_id, outcomes, judged)
-    verify.require(outcomes, tuple(t for t in tiers if t in REQUIRED_ON_BUILD_HOST))
+    tier_runner.require(outcomes, tuple(t for t in tiers if t in REQUIRED_ON_BUILD_HOST))
     return 0
 
 
