@@ -22,7 +22,8 @@ ALLOWED = {
     # registry, attestations, wheelhouse; the kit lock that a publication ships
     "publish": {"core", "binary", "evidence", "plan", "locking", "images", "ledger"},
     "doctor": {"core", "binary", "plan", "ledger"},
-    "site": {"core", "binary", "plan", "ledger", "doctor"},
+    "resolve": {"core", "plan", "doctor"},  # the verified env that fits a query, by doctor's match
+    "site": {"core", "binary", "plan", "ledger", "doctor", "resolve"},
     "cli": {
         "core",
         "binary",
@@ -34,6 +35,7 @@ ALLOWED = {
         "ledger",
         "publish",
         "doctor",
+        "resolve",
         "site",
     },
 }
