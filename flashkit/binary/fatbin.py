@@ -69,7 +69,7 @@ def parse_fatbin(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(cubin archs, PTX archs) of the fat binary containers in a ``.nv_fatbin`` section.
 
     A section holds one container per compiled translation unit (plus nvcc's device-link one); the walk
-    is :func:`flashkit.binary.devicecode.walk`, and only entry headers are read here.
+    is :func:`flashkit.evidence.devicecode.walk`, and only entry headers are read here.
     """
     cubins: dict[str, None] = {}
     ptx: dict[str, None] = {}
