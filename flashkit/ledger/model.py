@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flashkit.core.names import Subject, Tier, Verdict
-from flashkit.evidence import devicecode
+from flashkit.evidence.device_code import DeviceCode, digest_of
 
 SCHEMA = 2
 
@@ -223,7 +223,7 @@ class WheelPublication(Fact):
 
 @dataclass(frozen=True)
 class DeviceCodeFact(Fact):
-    """The device code of a build's wheel (:mod:`flashkit.evidence.devicecode`): every cubin and PTX payload
+    """The device code of a build's wheel (:mod:`flashkit.evidence.device_code`): every cubin and PTX payload
     per extension, and their digest. Content-addressed twice: the fact by its id, the code by ``digest``,
     which reading recomputes from ``extensions`` (an edited listing no longer matches)."""
 
@@ -237,7 +237,7 @@ class DeviceCodeFact(Fact):
     extracted_on: str = "build-host"  # "build-host" | "gpu-host"
 
     def summary(self) -> str:
-        return devicecode.DeviceCode.summary_of(self.extensions)
+        return DeviceCode.summary_of(self.extensions)
 
 
 KINDS: dict[str, type[Fact]] = {
@@ -316,7 +316,7 @@ def semantic_problem(fact: Fact) -> str | None:
             return cross_env_problem(fact)
     if isinstance(fact, DeviceCodeFact):
         try:
-            recomputed = devicecode.digest_of(fact.extensions)
+            recomputed = digest_of(fact.extensions)
         except (TypeError, ValueError) as exc:
             return f"field extensions: not a device-code listing ({exc})"
         if recomputed != fact.digest:

@@ -25,7 +25,7 @@ from pathlib import Path
 from flashkit.core.atomic import utc_now, write_text_atomic
 from flashkit.core.errors import FlashkitError
 from flashkit.core.names import Subject, Tier
-from flashkit.evidence import devicecode
+from flashkit.evidence import device_code
 from flashkit.images.build import BuildResult
 from flashkit.ledger import store
 from flashkit.ledger.model import (
@@ -261,7 +261,7 @@ def append_with_applies(root: Path, env: str, facts: list[Fact]) -> tuple[Ledger
 
 # -- device code: a GPU verdict reaches another env's wheel whose cubins and PTX are identical ---------------
 def device_code_fact(
-    art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str], *, extracted_on: str = "build-host"
+    art: Artifact, code: device_code.DeviceCode, toolchain: dict[str, str], *, extracted_on: str = "build-host"
 ) -> DeviceCodeFact:
     return DeviceCodeFact(
         env=art.env,
@@ -278,7 +278,7 @@ def device_code_fact(
 
 
 def record_device_code(
-    root: Path, art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str]
+    root: Path, art: Artifact, code: device_code.DeviceCode, toolchain: dict[str, str]
 ) -> tuple[Ledger, list[Fact]]:
     """Append the device code of ``art``'s wheel (once per wheel) and the relations it brings either way."""
     current = store.load(root, art.env)
