@@ -73,11 +73,11 @@ def resolve_in_process(root: Path, argv: list[str]) -> tuple[int, list[str], lis
 
 def resolver(root: Path):
     """``argv -> (exit, stdout lines, stderr lines)`` of `flashkit resolve`, its facts read once: the command's
-    own text (:func:`flashkit.doctor.resolve_text.answer`) for a thousand choices in seconds, where the CLI
+    own text (:func:`flashkit.resolve.text.answer`) for a thousand choices in seconds, where the CLI
     reads the checkout again for each. Tests check a sample of choices against the CLI itself."""
     from flashkit.doctor import repo as repo_facts
-    from flashkit.doctor import resolve_text
     from flashkit.ledger import gate
+    from flashkit.resolve import text as resolve_text
 
     facts = repo_facts.load(root, gate.DEFAULT_POLICY)
     policy = gate.parse_policy(gate.DEFAULT_POLICY).describe()

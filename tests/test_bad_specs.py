@@ -349,10 +349,10 @@ def test_render_refuses_bad_spec(case: Bad, kit_repo, cli, tree_snapshot):
 def test_lock_refuses_bad_spec_without_touching_lockfiles(case: Bad, kit_repo, cli, monkeypatch, tree_snapshot):
     env_id = _write_case(kit_repo, case)
     before = tree_snapshot(kit_repo)
-    # Validation and rules run before the resolver: if they did not, this would fail loudly.
-    from flashkit.resolver import uv as resolve
+    # Validation and rules run before uv: if they did not, this would fail loudly.
+    from flashkit.locking import env_lock
 
-    monkeypatch.setattr(resolve, "resolve", lambda spec: pytest.fail("resolver reached for a bad spec"))
+    monkeypatch.setattr(env_lock, "resolve", lambda spec: pytest.fail("uv reached for a bad spec"))
     res = cli("--repo", str(kit_repo), "lock", env_id)
     assert res.code == case.code, res.err
     assert case.expect[0] in res.err

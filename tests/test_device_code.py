@@ -1,4 +1,4 @@
-"""Device code (issue 32): its digest counts only the code, and a GPU verdict follows it to another env only
+"""Device code: its digest counts only the code, and a GPU verdict follows it to another env only
 when that env's own wheel carries the identical digest, its spec accepts such evidence and its own build,
 abi and cpu tiers passed. A relation that does not hold is refused with exit 34."""
 
@@ -17,7 +17,7 @@ from kitsupport import H1, H2, artifact, digest, verdict
 
 from flashkit.core.errors import DeviceCodeMismatch, RecordError
 from flashkit.core.names import Tier
-from flashkit.evidence import devicecode
+from flashkit.evidence import device_code
 from flashkit.ledger import gate, record, store
 from flashkit.ledger.model import RELATION_DEVICE_CODE, content_id
 
@@ -45,7 +45,7 @@ def entry(kind: int, arch: int, payload: bytes, flags: int = 0, note: int = 0) -
 
 def container(*entries: bytes) -> bytes:
     body = b"".join(entries)
-    return struct.pack("<IHHQ", devicecode.FATBIN_MAGIC, 1, 16, len(body)) + body
+    return struct.pack("<IHHQ", device_code.FATBIN_MAGIC, 1, 16, len(body)) + body
 
 
 def elf_with(section: bytes) -> bytes:
@@ -65,7 +65,7 @@ def elf_with(section: bytes) -> bytes:
 
 
 CUBIN80, CUBIN90 = b"\x7fELF sm_80 code" * 5, b"\x7fELF sm_90a code" * 7
-TU1 = container(entry(2, 80, CUBIN80), entry(2, 90, CUBIN90, flags=devicecode.FLAG_ARCH_SPECIFIC))
+TU1 = container(entry(2, 80, CUBIN80), entry(2, 90, CUBIN90, flags=device_code.FLAG_ARCH_SPECIFIC))
 TU2 = container(entry(1, 80, b".version 8.4\n.target sm_80\n"))
 
 
@@ -77,30 +77,32 @@ def wheel(path: Path, so: bytes, name: str = "flash_kernels/_C.abi3.so") -> Path
 
 
 def test_the_digest_counts_the_payloads_and_nothing_else(tmp_path):
-    base = devicecode.of_wheel(str(wheel(tmp_path / "a.whl", elf_with(TU1 + TU2))))
+    base = device_code.of_wheel(str(wheel(tmp_path / "a.whl", elf_with(TU1 + TU2))))
     assert base.summary() == "3 payloads in 1 extension(s); cubins sm_80, sm_90a; PTX compute_80"
     # Link order, padding between containers and header fields that are not code change nothing.
-    reordered = devicecode.of_wheel(str(wheel(tmp_path / "b.whl", elf_with(TU2 + b"\0" * 8 + TU1))))
+    reordered = device_code.of_wheel(str(wheel(tmp_path / "b.whl", elf_with(TU2 + b"\0" * 8 + TU1))))
     noted = TU1.replace(entry(2, 80, CUBIN80), entry(2, 80, CUBIN80, note=7))
     assert noted != TU1
-    annotated = devicecode.of_wheel(str(wheel(tmp_path / "c.whl", elf_with(noted + TU2))))
+    annotated = device_code.of_wheel(str(wheel(tmp_path / "c.whl", elf_with(noted + TU2))))
     assert base.digest == reordered.digest == annotated.digest
     # One byte of one payload: another digest.
     flipped = TU1.replace(CUBIN90, CUBIN90[:-1] + b"!")
-    assert devicecode.of_wheel(str(wheel(tmp_path / "d.whl", elf_with(flipped + TU2)))).digest != base.digest
+    assert device_code.of_wheel(str(wheel(tmp_path / "d.whl", elf_with(flipped + TU2)))).digest != base.digest
     # The same code for another arch, or as PTX instead of a cubin, is other code.
-    other_arch = container(entry(2, 86, CUBIN80), entry(2, 90, CUBIN90, flags=devicecode.FLAG_ARCH_SPECIFIC))
-    assert devicecode.of_wheel(str(wheel(tmp_path / "e.whl", elf_with(other_arch + TU2)))).digest != base.digest
+    other_arch = container(entry(2, 86, CUBIN80), entry(2, 90, CUBIN90, flags=device_code.FLAG_ARCH_SPECIFIC))
+    assert device_code.of_wheel(str(wheel(tmp_path / "e.whl", elf_with(other_arch + TU2)))).digest != base.digest
     # The digest is recomputable from the listing the ledger stores.
-    assert devicecode.digest_of(json.loads(json.dumps(base.as_json()))) == base.digest
+    assert device_code.digest_of(json.loads(json.dumps(base.as_json()))) == base.digest
 
 
 def test_a_wheel_without_device_code_and_broken_sections_say_so(tmp_path):
-    assert devicecode.of_wheel(str(wheel(tmp_path / "t.whl", b"\x7fELF" + bytes([2, 1]) + b"\0" * 58))).extensions == {}
-    with pytest.raises(devicecode.DeviceCodeError, match=r"_C\.abi3\.so: .*past the section end"):
-        devicecode.of_wheel(str(wheel(tmp_path / "x.whl", elf_with(TU1[:-9]))))
-    with pytest.raises(devicecode.DeviceCodeError, match="not a readable wheel"):
-        devicecode.of_wheel(str(tmp_path / "missing.whl"))
+    assert (
+        device_code.of_wheel(str(wheel(tmp_path / "t.whl", b"\x7fELF" + bytes([2, 1]) + b"\0" * 58))).extensions == {}
+    )
+    with pytest.raises(device_code.DeviceCodeError, match=r"_C\.abi3\.so: .*past the section end"):
+        device_code.of_wheel(str(wheel(tmp_path / "x.whl", elf_with(TU1[:-9]))))
+    with pytest.raises(device_code.DeviceCodeError, match="not a readable wheel"):
+        device_code.of_wheel(str(tmp_path / "missing.whl"))
 
 
 def test_real_nvcc_objects_give_one_digest_per_code(tmp_path):
@@ -114,14 +116,14 @@ def test_real_nvcc_objects_give_one_digest_per_code(tmp_path):
         ptx = build.cuda_module(tmp_path / "ptx.so", "arch=compute_80,code=compute_80")
     except build.ToolMissing as exc:
         pytest.skip(str(exc))
-    codes = [devicecode.of_files({"m.so": p.read_bytes()}) for p in (one, two, ptx)]
+    codes = [device_code.of_files({"m.so": p.read_bytes()}) for p in (one, two, ptx)]
     assert codes[0].digest == codes[1].digest != codes[2].digest
     assert codes[0].archs() == ("sm_80",) and codes[2].archs() == ("compute_80",)
 
 
 # -- the ledger ---------------------------------------------------------------------------------------------------
-def listing(payload: bytes) -> devicecode.DeviceCode:
-    return devicecode.of_files({"flash_kernels/_C.abi3.so": elf_with(container(entry(2, 90, payload)))})
+def listing(payload: bytes) -> device_code.DeviceCode:
+    return device_code.of_files({"flash_kernels/_C.abi3.so": elf_with(container(entry(2, 90, payload)))})
 
 
 CODE = listing(b"the kernels, compiled once" * 9)
@@ -294,13 +296,13 @@ def test_merged_lines_bring_the_relation_both_ways(root, tmp_path, cli):
 
 def test_an_unreadable_fat_binary_is_a_tier_error_not_a_crash(root, tmp_path):
     from flashkit.core.errors import TierError
-    from flashkit.ledger import device_code
+    from flashkit.ledger.device_code import record_for_build
     from flashkit.plan.specfile import load_env
 
     art = artifact(USER, H2, wheel="bb" * 32)
     broken = wheel(tmp_path / "broken.whl", elf_with(TU1[:-9]))
     with pytest.raises(TierError, match=r"device code of broken\.whl cannot be read: .*past the section end") as exc:
-        device_code.record_for_build(root, load_env(root, USER), art, broken)
+        record_for_build(root, load_env(root, USER), art, broken)
     assert exc.value.exit_code == 15
 
 

@@ -1,4 +1,4 @@
-"""Hostile input to the readers of the newest commands (issue 44): ledgers as the install page, the matrix and
+"""Hostile input to the readers that take files from elsewhere: ledgers as the install page, the matrix and
 `ledger show` read them, benchmark results, wheels for `ledger device-code`, the GPU host's runner and
 `ledger merge`. Each case runs the real command as a process (a hang fails it) and checks the documented exit
 code, that no traceback was printed and what was (not) written; a merge that is refused leaves every ledger
@@ -374,8 +374,8 @@ def _merge_lines(root: Path, tmp: Path, files: dict[str, list[str]]) -> tuple[ob
 
 
 def test_a_merge_whose_second_env_holds_a_forged_relation_merges_nothing(kit_repo, tmp_path):
-    """The issue's case: one genuine line for SRC, a forged relation for USER in the same file (SRC merges
-    first: the relation's env comes last), then in two files."""
+    """A genuine line must not slip in beside a forged one: one genuine line for SRC, a forged relation for USER
+    in the same file (SRC merges first: the relation's env comes last), then in two files."""
     forged = forged_relation(kit_repo)
     src = store.load(kit_repo, SRC).artifacts()[0]
     genuine = verdict(src, "gpu", date="2026-12-02T00:00:00+00:00").line()

@@ -15,24 +15,27 @@ ALLOWED = {
     "evidence": set(),  # runs on GPU hosts with the standard library alone
     "binary": {"core", "evidence"},
     "plan": {"core"},  # pure: reads and checks; runs no tool
-    "resolver": {"core", "plan"},  # uv, to write lockfiles
+    "locking": {"core", "plan"},  # uv, to write lockfiles
     "images": {"core", "binary", "evidence", "plan"},
     "verify": {"core", "binary", "evidence", "plan", "images"},  # the tiers, run on built images
     "ledger": {"core", "binary", "evidence", "plan", "images", "verify"},
-    "publish": {"core", "binary", "evidence", "plan", "images", "ledger"},  # registry, attestations, wheelhouse
+    # registry, attestations, wheelhouse; the kit lock that a publication ships
+    "publish": {"core", "binary", "evidence", "plan", "locking", "images", "ledger"},
     "doctor": {"core", "binary", "plan", "ledger"},
-    "site": {"core", "binary", "plan", "ledger", "doctor"},
+    "resolve": {"core", "plan", "doctor"},  # the verified env that fits a query, by doctor's match
+    "site": {"core", "binary", "plan", "ledger", "doctor", "resolve"},
     "cli": {
         "core",
         "binary",
         "evidence",
         "plan",
-        "resolver",
+        "locking",
         "images",
         "verify",
         "ledger",
         "publish",
         "doctor",
+        "resolve",
         "site",
     },
 }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kitsupport import H1, H2, artifact, digest, verdict
 
-from flashkit.evidence import devicecode
+from flashkit.evidence import device_code
 from flashkit.ledger import store
 from flashkit.ledger.model import content_id
 
@@ -163,7 +163,7 @@ def test_applies_and_device_code_of_a_build_merge_but_not_of_a_made_up_one(cli, 
     from flashkit.ledger.model import Applies
 
     a = artifact(ENV, H1)
-    code = record.device_code_fact(a, devicecode.of_files({}), {})
+    code = record.device_code_fact(a, device_code.of_files({}), {})
     v = verdict(a, "build")
     local = Applies(env=ENV, input_hash=H1, date=v.date, tier=v.tier, verdict_id=v.id, artifact_id=a.id,
                     subject=v.subject, because="a rebuild of the same wheel")  # fmt: skip

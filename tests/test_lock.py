@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from flashkit.locking import env_lock
 from flashkit.plan import lock, production
 from flashkit.plan.plan import read_locks
 from flashkit.plan.specfile import load_all, load_env
-from flashkit.resolver import uv as resolve
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = load_all(REPO)
@@ -109,14 +109,14 @@ def test_lock_check_command(kit_repo, cli):
 def test_relocking_reproduces_the_committed_bytes(env):
     """Every file: the image's two, every other Python's set and the merged file (uv, about 10 s an env)."""
     spec = load_env(REPO, env)
-    res = resolve.resolve(spec)
+    res = env_lock.resolve(spec)
     assert res.image == read_locks(REPO, str(spec.id), spec.python)
     assert res.production == production.read(REPO, spec)
 
 
 def _resolved(repo, spec):
     texts = read_locks(repo, str(spec.id), spec.python)
-    return resolve.Resolved(texts, production.read(repo, spec))
+    return env_lock.Resolved(texts, production.read(repo, spec))
 
 
 def test_lock_writes_every_file_or_none(kit_repo, monkeypatch):
@@ -124,7 +124,7 @@ def test_lock_writes_every_file_or_none(kit_repo, monkeypatch):
 
     spec = load_env(kit_repo, "cu124-torch27")
     new = _resolved(kit_repo, spec)
-    new = resolve.Resolved(
+    new = env_lock.Resolved(
         lock.LockTexts("new runtime\n", "new build\n"),
         production.Production({**new.production.sets, "3.12": "new 3.12\n"}, {}, "new merged\n"),
     )
@@ -140,7 +140,7 @@ def test_lock_writes_every_file_or_none(kit_repo, monkeypatch):
 
     monkeypatch.setattr(atomic, "_stage", failing_third)
     with pytest.raises(OSError):
-        resolve.write(kit_repo, spec, new)
+        env_lock.write(kit_repo, spec, new)
     after = {p: p.read_bytes() for p in (kit_repo / "lockfiles").rglob("*") if p.is_file()}
     assert after == before  # no temp files left, no file replaced
 
@@ -150,10 +150,10 @@ def test_lock_write_removes_sets_of_pythons_no_longer_covered(kit_repo):
     old = _resolved(kit_repo, spec)
     sets = {py: t for py, t in old.production.sets.items() if py != "3.9"}
     why = {"3.9": "test: no wheels"}
-    written = resolve.write(
+    written = env_lock.write(
         kit_repo,
         spec,
-        resolve.Resolved(old.image, production.Production(sets, why, production.merge(spec, sets, why))),
+        env_lock.Resolved(old.image, production.Production(sets, why, production.merge(spec, sets, why))),
     )
     folder = kit_repo / "lockfiles" / "cu124-torch27"
     assert not (folder / "py3.9.txt").exists() and (folder / "py3.10.txt").exists()

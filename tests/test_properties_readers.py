@@ -1,4 +1,4 @@
-"""Property-based tests of the newest readers (issue 44; hypothesis, the fixed profile of conftest.py): the wheel
+"""Property-based tests of the binary and JSON readers (hypothesis, the fixed profile of conftest.py): the wheel
 reader, the fat binary and device-code reader, the strict JSON reader, the benchmark results and the install
 page's ledger rows. Whatever the bytes, each ends in a result or its own documented error, never another
 exception, and a result keeps the reader's promises (names inside the wheel, finite measurements, a note on
@@ -27,7 +27,7 @@ from test_device_code import TU1, TU2, container, elf_with, entry  # noqa: E402
 from flashkit.binary import fatbin  # noqa: E402
 from flashkit.core import safeio  # noqa: E402
 from flashkit.core.errors import FlashkitError, RecordError  # noqa: E402
-from flashkit.evidence import devicecode, wheelzip  # noqa: E402
+from flashkit.evidence import device_code, wheelzip  # noqa: E402
 from flashkit.ledger import store  # noqa: E402
 from flashkit.site import evidence, plots  # noqa: E402
 
@@ -56,8 +56,8 @@ def _edit(data: bytes, at: int, new: bytes, cut: int) -> bytes:
 def test_the_wheel_reader_on_a_mangled_wheel(data, at, new, cut):
     wheel = _edit(data, at, new, cut)
     try:
-        code = devicecode.of_wheel(io.BytesIO(wheel), "w.whl")
-    except devicecode.DeviceCodeError as exc:
+        code = device_code.of_wheel(io.BytesIO(wheel), "w.whl")
+    except device_code.DeviceCodeError as exc:
         assert str(exc)
     else:
         assert set(code.extensions) <= {SO}
@@ -95,8 +95,8 @@ def test_member_names_that_could_leave_the_folder_are_refused(names):
 
 @given(st.binary(max_size=600))
 def test_the_fat_binary_reader_on_any_section(section):
-    with contextlib.suppress(devicecode.DeviceCodeError):
-        devicecode.entries_of_section(section)
+    with contextlib.suppress(device_code.DeviceCodeError):
+        device_code.entries_of_section(section)
     with contextlib.suppress(fatbin.FatbinError):
         fatbin.parse_fatbin(section)
 
@@ -107,11 +107,11 @@ SECTION = TU1 + container(entry(1, 80, b".version 8.4\n"))
 @given(st.integers(0, len(ELF)), st.binary(min_size=1, max_size=8), st.integers(0, len(ELF) + 8))
 def test_the_device_code_reader_on_a_mangled_elf(at, new, cut):
     try:
-        code = devicecode.of_files({SO: _edit(ELF, at, new, cut)})
-    except devicecode.DeviceCodeError as exc:
+        code = device_code.of_files({SO: _edit(ELF, at, new, cut)})
+    except device_code.DeviceCodeError as exc:
         assert str(exc)
     else:
-        assert devicecode.digest_of(json.loads(json.dumps(code.as_json()))) == code.digest
+        assert device_code.digest_of(json.loads(json.dumps(code.as_json()))) == code.digest
 
 
 # -- strict JSON ---------------------------------------------------------------------------------------------------

@@ -257,7 +257,7 @@ def test_the_description_the_page_builds_is_resolves(kit_repo):
     """The page joins the options' phrases into the description resolve prints; selector_data refuses to
     make a page where the two would differ (it checks every choice)."""
     from flashkit.doctor import repo as repo_facts
-    from flashkit.doctor import resolve_text
+    from flashkit.resolve import text as resolve_text
 
     facts = repo_facts.load(kit_repo)
     for choice in itertools.product(*selector.options(facts)):

@@ -11,7 +11,7 @@ default), so a mounted image filesystem or an unpacked wheel is inspected the
 same way as the running system: ``$ORIGIN``, RUNPATH entries, ``ld.so.conf``
 and symlinks are all resolved inside the root.
 
-:mod:`flashkit.binary.resolve` resolves an object's dependencies like the loader and
+:mod:`flashkit.binary.linking` resolves an object's dependencies like the loader and
 :mod:`flashkit.binary.fatbin` lists its CUDA code; both build on the readers here.
 
 Optional tools, each missing one reported, never crashed on:

@@ -12,7 +12,7 @@ import shutil
 
 from flashkit.binary.elf import ElfReadError, _elftools, host_path, open_regular
 from flashkit.core import procs
-from flashkit.evidence import devicecode
+from flashkit.evidence import device_code
 
 
 class FatbinError(ValueError):
@@ -69,17 +69,17 @@ def parse_fatbin(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(cubin archs, PTX archs) of the fat binary containers in a ``.nv_fatbin`` section.
 
     A section holds one container per compiled translation unit (plus nvcc's device-link one); the walk
-    is :func:`flashkit.binary.devicecode.walk`, and only entry headers are read here.
+    is :func:`flashkit.evidence.device_code.walk`, and only entry headers are read here.
     """
     cubins: dict[str, None] = {}
     ptx: dict[str, None] = {}
     try:
-        for kind, arch, flags, _start, _size in devicecode.walk(data):
-            if kind == devicecode.KIND_ELF:
-                cubins[devicecode.arch_name("sm", arch, flags)] = None
-            elif kind == devicecode.KIND_PTX:
-                ptx[devicecode.arch_name("compute", arch, flags)] = None
-    except devicecode.DeviceCodeError as exc:
+        for kind, arch, flags, _start, _size in device_code.walk(data):
+            if kind == device_code.KIND_ELF:
+                cubins[device_code.arch_name("sm", arch, flags)] = None
+            elif kind == device_code.KIND_PTX:
+                ptx[device_code.arch_name("compute", arch, flags)] = None
+    except device_code.DeviceCodeError as exc:
         raise FatbinError(str(exc)) from None
     return tuple(sorted(cubins, key=_arch_order)), tuple(sorted(ptx, key=_arch_order))
 

@@ -22,9 +22,9 @@ from flashkit.core.errors import NotVerified, RecordError, UsageError
 from flashkit.core.names import Tier
 from flashkit.images.build import WORK
 from flashkit.ledger import gate, record, store
+from flashkit.locking import env_lock
 from flashkit.plan import triton_pin
 from flashkit.plan.plan import Plan
-from flashkit.resolver import uv as resolve
 from flashkit.verify import triton_aot
 
 
@@ -41,7 +41,7 @@ def cmd_lock(r: Path, plan: Plan) -> int:
             f"{triton_pin.AOT_LOCK}; this one uses the triton pinned in lockfiles/{plan.env_id}/py{plan.spec.python}.txt"
         )
     say(f"{plan.env_id}: resolving {' '.join(reqs)} for Python {plan.spec.python} (uv, needs PyPI)...")
-    text = triton_pin.aot_lock_header(plan.spec) + resolve.compile_requirements(plan.spec, reqs)
+    text = triton_pin.aot_lock_header(plan.spec) + env_lock.compile_requirements(plan.spec, reqs)
     path = paths.lock_dir(r, plan.env_id) / triton_pin.AOT_LOCK
     write_text_atomic(path, text)
     print(f"{plan.env_id}: wrote {paths.rel(r, path)}")

@@ -211,7 +211,11 @@ def register(sub) -> None:
 
     p = sub.add_parser("gc", help="remove images of old input hashes and -check rebuilds (frees disk)")
     p.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
-    p.add_argument("--build-cache", action="store_true", help="also prune BuildKit's build cache")
+    p.add_argument(
+        "--build-cache",
+        action="store_true",
+        help="also prune the engine's build cache (docker builder prune; flashkit builds with buildah)",
+    )
     p.add_argument(
         "--prefix",
         default=None,

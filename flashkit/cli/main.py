@@ -1,6 +1,6 @@
 """The `flashkit` command: the parser, and the one place errors become exit codes.
 
-Subcommands live in the modules imported below, grouped by layer; each module's ``register(sub)``
+Subcommands live in the modules imported below, one command family each; each module's ``register(sub)``
 adds its subcommands and sets ``run`` to a callable that takes the parsed arguments and returns an
 exit code. Only this package parses arguments and prints.
 """
@@ -21,9 +21,12 @@ from flashkit.cli import (
     ledger_cmd,
     matrix_cmd,
     plan_cmd,
+    publish_cmd,
     resolve_cmd,
     site_cmd,
     trust_cmd,
+    verify_cmd,
+    wheelhouse_cmd,
     wheels_cmd,
 )
 from flashkit.core import errors
@@ -31,7 +34,8 @@ from flashkit.core.errors import FlashkitError, Terminated
 
 EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
 GROUPS = (
-    plan_cmd, matrix_cmd, image_cmd, ledger_cmd, wheels_cmd, aot_cmd, trust_cmd, doctor_cmd, resolve_cmd, site_cmd,
+    plan_cmd, matrix_cmd, image_cmd, verify_cmd, publish_cmd, wheelhouse_cmd, ledger_cmd, wheels_cmd, aot_cmd,
+    trust_cmd, doctor_cmd, resolve_cmd, site_cmd,
 )  # fmt: skip
 
 

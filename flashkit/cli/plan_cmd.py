@@ -15,11 +15,11 @@ from flashkit.cli.common import mem, plans, root, say, specs
 from flashkit.core import outputs, paths, procs
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import FlashkitError, LintError, LockError, NotPublished, ToolError, UsageError
-from flashkit.plan import bake, ci_matrix, ci_workflow, kit_lock, production, rules
+from flashkit.locking import env_lock, kit_lock
+from flashkit.plan import bake, ci_matrix, ci_workflow, production, rules
 from flashkit.plan.plan import Plan, plan_of
 from flashkit.plan.render import render_dockerfile
 from flashkit.plan.specfile import broken_specs, load_all, load_each, load_env
-from flashkit.resolver import uv as resolve
 
 
 def write_output(target: str, text: str) -> None:
@@ -119,11 +119,11 @@ def cmd_lock(args) -> int:
         say(
             f"{s.id}: resolving for Python {s.python} (the image's)"
             + (f" and {', '.join(others)}" if others else "")
-            + f" on {resolve.PLATFORM} (uv, needs PyPI)..."
+            + f" on {env_lock.PLATFORM} (uv, needs PyPI)..."
         )
-        resolved.append((s, resolve.resolve(s)))
+        resolved.append((s, env_lock.resolve(s)))
     for s, res in resolved:
-        for p in resolve.write(r, s, res):
+        for p in env_lock.write(r, s, res):
             say(f"{s.id}: wrote {paths.rel(r, p)}")
         for py, why in sorted(res.production.not_covered.items()):
             say(f"{s.id}: Python {py} not covered: {why}")
@@ -250,10 +250,8 @@ def _lock_kit(r, args) -> int:
             raise LockError("\n".join(problems))
         say(f"{kit_lock.FILE}: consistent with pyproject.toml")
         return 0
-    from flashkit.resolver import kit_lock as kit_resolver
-
     say(f"resolving the kit's dependencies for every Python >= {kit_lock.MIN_PYTHON} (uv, needs PyPI)...")
-    say(f"wrote {paths.rel(r, kit_resolver.write(r))}")
+    say(f"wrote {paths.rel(r, kit_lock.write(r))}")
     return 0
 
 

@@ -13,9 +13,9 @@ import sys
 from flashkit.cli.common import root, say
 from flashkit.core.errors import SpecError, UsageError
 from flashkit.doctor import repo as repo_facts
-from flashkit.doctor import resolve_text
 from flashkit.doctor.model import Query
 from flashkit.ledger import gate
+from flashkit.resolve import text as resolve_text
 
 
 def query_of(args) -> Query:

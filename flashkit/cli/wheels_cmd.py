@@ -16,6 +16,7 @@ from flashkit.doctor import repo as repo_facts
 from flashkit.evidence import wheelzip
 from flashkit.images.build import WORK, load_result
 from flashkit.ledger import gate, store
+from flashkit.locking.uv import uv_binary
 from flashkit.plan import production
 from flashkit.plan.lock import check_python
 from flashkit.plan.plan import plan_of
@@ -23,7 +24,6 @@ from flashkit.plan.specfile import load_each, load_env
 from flashkit.publish import attest, index_server, kit, wheel_publication
 from flashkit.publish.push import refuse_hint, refuse_message
 from flashkit.publish.requirement_files import PROJECT
-from flashkit.resolver.uv import uv_binary
 
 MAX_METADATA_BYTES = 1024 * 1024
 

@@ -1,7 +1,7 @@
 """Errors a user can act on. Each class carries the exit code the CLI returns for it.
 
-Every code flashkit returns is listed once, in ``EXIT_CODES`` (printed by ``flashkit --help`` and
-copied into the README), so a script can branch on them. Messages say what failed, the evidence
+Every code flashkit returns is listed once, in ``EXIT_CODES`` (printed by ``flashkit --help``; a test keeps
+docs/exit-codes.md's table the same), so a script can branch on them. Messages say what failed, the evidence
 (``detail``: a log tail, a record line) and what to do (``hint``), folded into the one message the
 CLI prints; a traceback only with ``--debug``. Exit 1 is reserved for bugs in flashkit itself: no
 bad input may end there.

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from flashkit.evidence import devicecode, wheelzip
+from flashkit.evidence import device_code, wheelzip
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 
 RESULT_SCHEMA = 2
@@ -208,8 +208,8 @@ class Check:
         report = os.path.join(tmp, "junit.xml")
         env = dict(self.env, PYTHONPATH=target + os.pathsep + os.environ.get("PYTHONPATH", ""))
         try:
-            self.device_code = devicecode.of_installed(target, "flash_kernels").digest
-        except (OSError, devicecode.DeviceCodeError) as exc:
+            self.device_code = device_code.of_installed(target, "flash_kernels").digest
+        except (OSError, device_code.DeviceCodeError) as exc:
             self.reasons.append(f"the installed wheel's device code could not be read: {exc}")
             return "error"
         why = self.extension_loaded(env) if self.args.require_extension else None

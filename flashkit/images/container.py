@@ -197,16 +197,6 @@ def image_inspect(engine: Engine, ref: str) -> dict | None:
         sdk.close()
 
 
-def image_tag(engine: Engine, image_id: str, ref: str) -> None:
-    repo, _, tag = ref.rpartition(":")
-    sdk = engine.sdk()
-    try:
-        if not sdk.images.get(image_id).tag(repo, tag):
-            raise ContainerError(f"could not tag {image_id} as {ref}")
-    finally:
-        sdk.close()
-
-
 def image_remove(engine: Engine, refs: Iterable[str], *, force: bool = False) -> None:
     sdk = engine.sdk()
     try:
@@ -215,7 +205,3 @@ def image_remove(engine: Engine, refs: Iterable[str], *, force: bool = False) ->
                 sdk.images.remove(ref, force=force, noprune=False)
     finally:
         sdk.close()
-
-
-def image_labels(attrs: dict) -> dict[str, str]:
-    return dict((attrs.get("Config") or {}).get("Labels") or {})

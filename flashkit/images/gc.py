@@ -1,4 +1,4 @@
-"""``flashkit gc``: remove this checkout's stale images (and, on request, BuildKit's cache).
+"""``flashkit gc``: remove this checkout's stale images (and, on request, the engine's build cache).
 
 Every build of a new input hash adds a runtime and a builder image (5-11 GB each, and their layers are
 not shared: a rebuild's layers differ), so a build host fills up in a day of work. Kept, by tag:
@@ -10,8 +10,10 @@ not shared: a rebuild's layers differ), so a build host fills up in a day of wor
 ``flashkit/`` repositories goes (older input hashes, ``-check`` rebuilds);
 an image is deleted by the engine when its last tag goes. Tags of other repositories, including what
 ``flashkit publish`` pulled back from a registry, are never touched. ``--dry-run`` only prints the plan.
-Images still used by a container are kept and reported. ``--build-cache`` also prunes BuildKit's cache
-(the next build of each env starts cold).
+Images still used by a container are kept and reported. ``--build-cache`` also prunes the engine's build
+cache, what ``docker builder prune`` frees: the cache of builds the engine ran itself (a ``docker build`` of a
+rendered Dockerfile). flashkit's own builds run in buildah, whose layer cache is its images
+(``--runtime-copies``).
 
 A run killed mid-way (a timeout, Ctrl-C twice, an out-of-memory kill) leaves buildah working containers
 behind, and each pins its image's layers: on the build host twelve of them held 14 GB. ``gc`` removes the

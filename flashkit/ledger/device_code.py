@@ -1,6 +1,6 @@
 """Recording a build's device code, and reading it back for people.
 
-The device code of a wheel (:mod:`flashkit.evidence.devicecode`) is recorded once per wheel as a
+The device code of a wheel (:mod:`flashkit.evidence.device_code`) is recorded once per wheel as a
 ``device-code`` fact that names the build it was read from. Every build records it as it is verified; a
 build made before this existed gets it from ``flashkit ledger device-code ENV``, which reads the exported
 wheel, checks that its sha256 is the one a build in the ledger produced, and appends the fact.
@@ -19,7 +19,8 @@ from typing import BinaryIO
 
 from flashkit.core import safeio
 from flashkit.core.errors import FlashkitError, TierError, UnknownArtifact, UsageError
-from flashkit.evidence import devicecode, wheelzip
+from flashkit.evidence import wheelzip
+from flashkit.evidence.device_code import DeviceCodeError, of_wheel
 from flashkit.ledger import record, store
 from flashkit.ledger.model import Applies, Artifact, DeviceCodeFact, Fact
 from flashkit.plan.spec import EnvSpec
@@ -58,8 +59,8 @@ def _record(
     root: Path, spec: EnvSpec, art: Artifact, fh: BinaryIO, wheel: Path
 ) -> tuple[DeviceCodeFact | None, list[Fact]]:
     try:
-        code = devicecode.of_wheel(fh, str(wheel))
-    except devicecode.DeviceCodeError as exc:
+        code = of_wheel(fh, str(wheel))
+    except DeviceCodeError as exc:
         raise TierError(
             f"the device code of {wheel.name} cannot be read: {exc}",
             hint="the wheel is not a zip flashkit can read, or its extension not a CUDA fat binary it can list; "

@@ -15,7 +15,8 @@ Five kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json`
   :mod:`flashkit.ledger.record`).
 - ``device-code``: the device code of a build's wheel (every cubin and PTX payload, and their digest). With
   ``relation="device-code"``, an ``applies`` carries another env's artifact-gpu verdict on another wheel whose
-  device code is identical (issue 32; :mod:`flashkit.ledger.device_code`).
+  device code is identical: the GPU ran the same cubins and PTX, which a wheel that cannot load on the GPU
+  host's torch gets no other way (:mod:`flashkit.ledger.device_code`).
 - ``publication``: an image pushed to a registry: repository, manifest digest, tags, policy, the
   judged and the published image ids, the verdicts the gate relied on, and the signed attestation
   attached to the digest (its manifest digest, tag, key id and predicate types).
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flashkit.core.names import Subject, Tier, Verdict
-from flashkit.evidence import devicecode
+from flashkit.evidence.device_code import DeviceCode, digest_of
 
 SCHEMA = 2
 
@@ -222,7 +223,7 @@ class WheelPublication(Fact):
 
 @dataclass(frozen=True)
 class DeviceCodeFact(Fact):
-    """The device code of a build's wheel (:mod:`flashkit.evidence.devicecode`): every cubin and PTX payload
+    """The device code of a build's wheel (:mod:`flashkit.evidence.device_code`): every cubin and PTX payload
     per extension, and their digest. Content-addressed twice: the fact by its id, the code by ``digest``,
     which reading recomputes from ``extensions`` (an edited listing no longer matches)."""
 
@@ -236,7 +237,7 @@ class DeviceCodeFact(Fact):
     extracted_on: str = "build-host"  # "build-host" | "gpu-host"
 
     def summary(self) -> str:
-        return devicecode.DeviceCode.summary_of(self.extensions)
+        return DeviceCode.summary_of(self.extensions)
 
 
 KINDS: dict[str, type[Fact]] = {
@@ -315,7 +316,7 @@ def semantic_problem(fact: Fact) -> str | None:
             return cross_env_problem(fact)
     if isinstance(fact, DeviceCodeFact):
         try:
-            recomputed = devicecode.digest_of(fact.extensions)
+            recomputed = digest_of(fact.extensions)
         except (TypeError, ValueError) as exc:
             return f"field extensions: not a device-code listing ({exc})"
         if recomputed != fact.digest:

@@ -6,7 +6,7 @@ every earlier verdict whose digest a newer artifact also holds (a bit-identical 
 another host) gets an ``applies`` fact that names both and says why, so that inheritance is recorded,
 not implied.
 
-Across envs (issue 19): a wheel built on torch's stable C ABI loads on every torch >= 2.10 of its CUDA
+Across envs: a wheel built on torch's stable C ABI loads on every torch >= 2.10 of its CUDA
 major, so an env may install the wheel another env built instead of compiling its own (its artifact's
 ``wheel_from``). Its build then inherits the source env's wheel verdicts (build, artifact-gpu) on that
 very sha256, each as an ``applies`` with ``source_env`` in the consumer's own ledger; image verdicts
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from flashkit.core.atomic import utc_now, write_text_atomic
 from flashkit.core.errors import FlashkitError
-from flashkit.core.names import Subject, Tier, Verdict
-from flashkit.evidence import devicecode
+from flashkit.core.names import Subject, Tier
+from flashkit.evidence import device_code
 from flashkit.images.build import BuildResult
 from flashkit.ledger import store
 from flashkit.ledger.model import (
@@ -259,9 +259,9 @@ def append_with_applies(root: Path, env: str, facts: list[Fact]) -> tuple[Ledger
     return ledger, added
 
 
-# -- device code (issue 32) ----------------------------------------------------------------------------------
+# -- device code: a GPU verdict reaches another env's wheel whose cubins and PTX are identical ---------------
 def device_code_fact(
-    art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str], *, extracted_on: str = "build-host"
+    art: Artifact, code: device_code.DeviceCode, toolchain: dict[str, str], *, extracted_on: str = "build-host"
 ) -> DeviceCodeFact:
     return DeviceCodeFact(
         env=art.env,
@@ -278,7 +278,7 @@ def device_code_fact(
 
 
 def record_device_code(
-    root: Path, art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str]
+    root: Path, art: Artifact, code: device_code.DeviceCode, toolchain: dict[str, str]
 ) -> tuple[Ledger, list[Fact]]:
     """Append the device code of ``art``'s wheel (once per wheel) and the relations it brings either way."""
     current = store.load(root, art.env)
@@ -426,8 +426,3 @@ def record_source_verdict(
     )  # fmt: skip
     ledger, _added = store.append(root, env, [fact])
     return ledger, fact, path
-
-
-def not_passed(outcomes: list[TierOutcome], required: tuple[Tier, ...]) -> list[TierOutcome]:
-    """The outcomes of ``required`` tiers that did not pass."""
-    return [o for o in outcomes if o.tier in required and o.verdict is not Verdict.PASSED]

@@ -1,1 +1,1 @@
-"""The planner: env ids, specs, compatibility rules, lockfile checks, rendering and the input hash. Pure: no docker, no GPU, no network (uv runs in flashkit.resolver)."""
+"""The planner: env ids, specs, compatibility rules, lockfile checks, rendering and the input hash. Pure: no docker, no GPU, no network (uv writes lockfiles in flashkit.locking)."""

@@ -1,37 +1,108 @@
-"""What this project's hosts can do with an env, derived from measured host facts (listed below).
+"""What this project's hosts can do with an env, derived from the measured host facts in ``hosts.toml``
+(package data beside this module).
 
-The statement is computed, not hand-written per env, so it stays true when an env changes. Facts:
-- Build host: no GPU; reaches PyPI and Debian's mirror only (no Docker Hub, nvcr.io, quay); base
-  images can only be made locally with mmdebstrap (Debian bookworm/trixie).
-- GPU host: one H200 (sm_90), Python 3.12, torch 2.11.0+cu130, no docker and no network: a wheel built
-  for that torch, or a stable-ABI wheel for an older torch of the stable ABI (2.10+), travels there and can
-  be tested on the GPU; a CUDA 12 wheel runs there with its env's pinned CUDA 12 runtime wheel beside
-  torch's (measured 2026-12-04). A version-bound wheel for another torch cannot load there: its env can
-  still get GPU evidence through identical device code (``gpu_evidence: [..., device-code]``).
+The statement is computed, not hand-written per env, so it stays true when an env changes; the facts are
+data, so a host that changes is one edit of that file. The file is read once, through the readers' limits
+(:func:`flashkit.core.safeio.read_text`), and checked field by field: a bad value is a SpecError naming the
+file, the field and what is allowed.
 """
 
 from __future__ import annotations
 
+import functools
+import re
+import tomllib
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 from packaging.version import Version
 
-GPU_HOST_TORCH_SERIES = "2.11"
-GPU_HOST_CUDA_MAJOR = 13
-GPU_HOST_SM = "9.0"
-_UNREACHABLE = {
-    "ngc": "nvcr.io is unreachable from the build host",
-    "cuda": "Docker Hub (nvidia/cuda) is unreachable from the build host",
-    "rocm": "Docker Hub (rocm/pytorch) is unreachable from the build host",
+from flashkit.core.errors import SpecError
+from flashkit.core.safeio import KIB, read_text
+from flashkit.plan.spec import ACCEL_KINDS, FLAVORS
+
+DATA = "hosts.toml"
+MAX_BYTES = 16 * KIB
+VENDOR = {"cuda": "NVIDIA", "rocm": "AMD"}
+# gpu_host's fields: the pattern a value must match whole, and what to write.
+_GPU_FIELDS = {
+    "gpu": (r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}", "a GPU's name, e.g. H200"),
+    "accelerator": ("|".join(ACCEL_KINDS), " or ".join(ACCEL_KINDS)),
+    "sm": (r"[0-9]{1,2}\.[0-9]", "its compute capability, e.g. 9.0"),
+    "torch": (r"[0-9]+\.[0-9]+", "the torch series it runs, e.g. 2.11"),
+    "cuda": (r"[0-9]{1,2}\.[0-9]", "the CUDA version of that torch, e.g. 13.0"),
 }
 
 
 @dataclass(frozen=True)
+class GpuHost:
+    gpu: str
+    accelerator: str
+    sm: str
+    torch: str
+    cuda: str
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda.split(".")[0])
+
+
+@dataclass(frozen=True)
+class Hosts:
+    unreachable: dict[str, str]  # base flavor -> why the build host cannot get its base image
+    gpu: GpuHost
+
+
+def _bad(shown: str, message: str) -> SpecError:
+    return SpecError(f"{shown}: {message}", hint=f"correct it in {shown}; its comments say what each field holds")
+
+
+def _fields(value: object, name: str, shown: str, allowed: tuple[str, ...]) -> dict:
+    """``value``, the table ``name``, checked to hold only ``allowed`` keys."""
+    if not isinstance(value, dict):
+        raise _bad(shown, f"{name}: {'missing' if value is None else 'not a table'}; expected a table")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise _bad(shown, f"{name}.{unknown[0]}: unknown field; allowed here: {', '.join(allowed)}")
+    return value
+
+
+def parse(text: str, shown: str) -> Hosts:
+    """The facts of ``text`` (the file ``shown``), or SpecError naming the field that is wrong."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _bad(shown, f"not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"build_host", "gpu_host"})
+    if unknown:
+        raise _bad(shown, f"{unknown[0]}: unknown table; allowed: build_host, gpu_host")
+    build = _fields(data.get("build_host"), "build_host", shown, ("unreachable",))
+    unreachable = _fields(build.get("unreachable"), "build_host.unreachable", shown, FLAVORS)
+    for flavor, why in unreachable.items():
+        if not isinstance(why, str) or not why.strip():
+            raise _bad(shown, f"build_host.unreachable.{flavor}: {why!r}; expected text saying why it is unreachable")
+    gpu = _fields(data.get("gpu_host"), "gpu_host", shown, tuple(_GPU_FIELDS))
+    for field, (pattern, what) in _GPU_FIELDS.items():
+        value = gpu.get(field)
+        if not isinstance(value, str) or not re.fullmatch(pattern, value):
+            got = "missing" if value is None else f"{value!r} is not valid"
+            raise _bad(shown, f"gpu_host.{field}: {got}; expected {what}, as a quoted string")
+    return Hosts(dict(unreachable), GpuHost(**gpu))
+
+
+@functools.cache
+def load(path: Path | None = None) -> Hosts:
+    """This project's hosts, from the package's ``hosts.toml`` (or ``path``)."""
+    with resources.as_file(resources.files("flashkit.plan") / DATA) as packaged:
+        where = path or packaged
+        text = read_text(where, what="host facts", error=SpecError, max_bytes=MAX_BYTES)
+    return parse(text, str(where))
+
+
+@dataclass(frozen=True)
 class HostSupport:
-    render: bool
-    lock: bool
     build: bool
-    cpu_tier: bool
     gpu_tier: bool
     why: tuple[str, ...]
 
@@ -41,46 +112,43 @@ class HostSupport:
             return "render+lock only"
         return "build, cpu+gpu tests" if self.gpu_tier else "build, cpu tests"
 
-    def explain(self) -> str:
-        return f"here: {self.summary()}; " + "; ".join(self.why)
 
-
-def support(spec) -> HostSupport:
+def support(spec, hosts: Hosts | None = None) -> HostSupport:
+    h = hosts or load()
+    g = h.gpu
     why: list[str] = []
-    flavor = spec.base.flavor
-    if flavor == "debian":
-        build = True
+    unreachable = h.unreachable.get(spec.base.flavor)
+    build = unreachable is None
+    if not build:
+        why.append(f"image not buildable here: {unreachable}")
+    elif spec.base.flavor == "debian":
         why.append(f"base made locally with mmdebstrap ({spec.base.suite}, locked), toolchain from Debian/PyPI")
     else:
-        build = False
-        why.append(f"image not buildable here: {_UNREACHABLE[flavor]}")
+        why.append(f"base image {spec.base.ref} reachable from the build host")
 
-    sm90 = any(t.split("+")[0].rstrip("af") == GPU_HOST_SM for t in spec.gpu_targets)
-    cuda = build and spec.accelerator.kind == "cuda" and sm90
-    same_torch = spec.torch_series == GPU_HOST_TORCH_SERIES and spec.accelerator.major == GPU_HOST_CUDA_MAJOR
-    stable = spec.torch_abi == "stable" and Version(spec.torch_series) <= Version(GPU_HOST_TORCH_SERIES)
-    gpu = cuda and (same_torch or stable)
+    on_host_gpu = any(t.split("+")[0].rstrip("af") == g.sm for t in spec.gpu_targets)
+    runs = build and spec.accelerator.kind == g.accelerator and on_host_gpu
+    same_torch = spec.torch_series == g.torch and spec.accelerator.major == g.cuda_major
+    stable = spec.torch_abi == "stable" and Version(spec.torch_series) <= Version(g.torch)
+    gpu = runs and (same_torch or stable)
+    sm = f"sm_{g.sm.replace('.', '')}"
     if gpu and same_torch:
-        why.append("the wheel can be tested on the H200 host (same torch 2.11 + CUDA 13, sm_90 built)")
-    elif gpu:
         why.append(
-            f"the stable-ABI wheel can be tested on the H200 host under its torch {GPU_HOST_TORCH_SERIES}"
-            + (
-                ""
-                if spec.accelerator.major == GPU_HOST_CUDA_MAJOR
-                else ", with the env's CUDA runtime wheel beside torch's"
-            )
+            f"the wheel can be tested on the {g.gpu} host (same torch {g.torch} + CUDA {g.cuda_major}, {sm} built)"
         )
-    elif spec.accelerator.kind == "rocm":
-        why.append("no AMD GPU on this project's hosts")
-    elif cuda and "device-code" in spec.gpu_evidence:
+    elif gpu:
+        beside = "" if spec.accelerator.major == g.cuda_major else ", with the env's CUDA runtime wheel beside torch's"
+        why.append(f"the stable-ABI wheel can be tested on the {g.gpu} host under its torch {g.torch}{beside}")
+    elif spec.accelerator.kind != g.accelerator:
+        why.append(f"no {VENDOR[spec.accelerator.kind]} GPU on this project's hosts")
+    elif runs and "device-code" in spec.gpu_evidence:
         why.append(
-            f"its wheel cannot load on the H200 host's torch {GPU_HOST_TORCH_SERIES}: GPU evidence through "
+            f"its wheel cannot load on the {g.gpu} host's torch {g.torch}: GPU evidence through "
             "identical device code (a GPU run of another env's wheel with the same cubins and PTX)"
         )
     else:
         why.append(
-            f"GPU tests not possible here: the H200 host runs torch {GPU_HOST_TORCH_SERIES}+cu130 without "
+            f"GPU tests not possible here: the {g.gpu} host runs torch {g.torch}+cu{g.cuda.replace('.', '')} without "
             "docker, so only a wheel built for that torch can be run there"
         )
-    return HostSupport(render=True, lock=True, build=build, cpu_tier=build, gpu_tier=gpu, why=tuple(why))
+    return HostSupport(build=build, gpu_tier=gpu, why=tuple(why))

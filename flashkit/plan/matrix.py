@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import parse_wheel_filename
 
-from flashkit.plan import production, rules
+from flashkit.plan import hosts, production, rules
 from flashkit.plan.plan import Plan
 from flashkit.plan.spec import EnvSpec
 
@@ -94,7 +94,7 @@ def row(
     seen = ledger or LedgerView()
     verdicts = rules.check(spec)
     rejected = [v for v in verdicts if isinstance(v, rules.Rejected)]
-    support = spec.host_support
+    support = hosts.support(spec)
     compiler = spec.compiler.source + (f" {spec.compiler.version}" if spec.compiler.version else "")
     return MatrixRow(
         env=str(spec.id),

@@ -343,8 +343,6 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-RULES_BY_ID = {r.id: r for r in RULES}
-
 
 def check(spec: EnvSpec, rules: tuple[Rule, ...] = RULES) -> list[Verdict]:
     """One verdict per rule, in rule order."""

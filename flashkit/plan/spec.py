@@ -141,13 +141,6 @@ class EnvSpec:
     def torch_series(self) -> str:
         return compat.series(self.torch)
 
-    @property
-    def host_support(self):
-        """What this project's hosts can and cannot do with this env (flashkit.plan.hosts.HostSupport)."""
-        from flashkit.plan import hosts
-
-        return hosts.support(self)
-
     def normalized(self) -> dict[str, Any]:
         """Canonical plain-data form: what the input hash covers (not the YAML bytes, so comments
         and key order do not change an image's identity)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from flashkit.core import procs, safeio
 from flashkit.core.digests import sha256_file
 from flashkit.core.errors import LockError, ToolError
-from flashkit.plan import kit_lock
+from flashkit.locking import kit_lock
 from flashkit.publish.wheel_publication import Kit
 
 # 2026-11-30T00:00:00Z, the lock date: zip entries cannot hold times before 1980, and a fixed time keeps the

@@ -39,10 +39,6 @@ REGISTRY_ENV = "FLASHKIT_REGISTRY"
 USER_ENV, PASSWORD_ENV = "FLASHKIT_REGISTRY_USER", "FLASHKIT_REGISTRY_PASSWORD"
 CA_ENV = "FLASHKIT_REGISTRY_CA"
 AUTH_FILE_ENV = "REGISTRY_AUTH_FILE"
-MANIFEST_TYPES = (
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-)
 SKOPEO_TIMEOUT_S = 3600  # a push or pull of a whole image
 # One manifest, config, tag list or tag: a registry that accepted the connection but has not answered by then
 # will not (skopeo itself waits for an answer without a limit).

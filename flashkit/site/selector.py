@@ -1,7 +1,7 @@
 """The install selector's data: for every choice the page offers, what `flashkit resolve` prints.
 
 The page computes nothing. Here every (torch, CUDA/ROCm, Python, C++ ABI) the selects can form is
-resolved with the command's own code (:func:`flashkit.doctor.resolve_text.answer`), and its lines are
+resolved with the command's own code (:func:`flashkit.resolve.text.answer`), and its lines are
 stored; the page's script only looks the choice up. To stay small, lines are stored once and named by
 index (``lines``), stderr is stored as blocks of line numbers (``blocks``: the header, the nearest fit,
 each env, the closing error), and the choice's own description ("torch 2.12.0, CUDA 13.0, Python 3.12,
@@ -23,10 +23,10 @@ from typing import Any
 from packaging.version import Version
 
 from flashkit.core.errors import NoVerifiedFit
-from flashkit.doctor import resolve_text
 from flashkit.doctor.model import Query
 from flashkit.doctor.repo import RepoFacts
 from flashkit.plan import compat
+from flashkit.resolve import text as resolve_text
 
 MARK = "\x00"  # stands for the choice's description inside a stored line (never in a printed line)
 # Then, in this order, the chosen torch, CUDA/ROCm and Python versions (the ABI has none): a line that names

@@ -32,7 +32,7 @@ from flashkit.binary.torch_abi import TORCH_NAMESPACES, is_shim_symbol, stable_a
 from flashkit.core import safeio
 from flashkit.core.errors import TierError
 from flashkit.core.names import Tier, Verdict
-from flashkit.evidence import devicecode, wheelzip
+from flashkit.evidence import device_code, wheelzip
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 from flashkit.images.build import BuildResult
 from flashkit.images.container import Container
@@ -125,7 +125,7 @@ def compiled_objects(wheel: Path, dest: Path) -> list[Path]:
     """The wheel's shared objects, unpacked under ``dest`` (read as every wheel is: :mod:`flashkit.evidence.wheelzip`)."""
     try:
         with safeio.open_regular(wheel, what="wheel", error=TierError) as fh:
-            names = wheelzip.extract(fh, str(wheel), str(dest), devicecode.is_shared_object)
+            names = wheelzip.extract(fh, str(wheel), str(dest), device_code.is_shared_object)
     except wheelzip.WheelError as exc:
         raise TierError(f"the build tier cannot read the exported wheel: {exc}", hint="rebuild the env") from None
     return [dest / n for n in sorted(names)]

@@ -97,7 +97,7 @@ def targets_for(spec) -> tuple[str, ...]:
     for t in spec.gpu_targets:
         if t.startswith(HIP_PREFIX):
             out.append(f"hip:{t}")
-        elif t.rstrip("af") != hosts.GPU_HOST_SM:
+        elif t.rstrip("af") != hosts.load().gpu.sm:
             major, minor = t.rstrip("af").split(".")
             out.append(f"cuda:{major}{minor}")
     return tuple(dict.fromkeys(out))

@@ -1,4 +1,4 @@
-"""CUDA 12 verified through device code (issue 32), with the images `.ci/run` builds.
+"""CUDA 12 verified through device code, with the images `.ci/run` builds.
 
 The GPU host runs torch 2.11 with CUDA 13, so no torch 2.7 wheel can run there. cu124-torch210's stable-ABI
 wheel can (through the stable ABI, with the env's pinned CUDA 12 runtime beside torch's): its artifact-gpu
@@ -22,7 +22,7 @@ import pytest
 from kitsupport import input_hash
 from regsupport import PASSWORD, USER, start_secure_registry
 
-from flashkit.evidence import devicecode
+from flashkit.evidence import device_code
 from flashkit.ledger import store
 from flashkit.ledger.model import RELATION_DEVICE_CODE
 from flashkit.publish import attest
@@ -56,13 +56,13 @@ def torch_cxx_symbols(wheel: str) -> int:
 
 def test_two_bindings_one_device_code(built_env):
     res = built_env(VERSION_BOUND)
-    mine = devicecode.of_wheel(res.wheel_path)
+    mine = device_code.of_wheel(res.wheel_path)
     stable = stable_device_code()
     assert res.wheel_sha256 != stable.wheel_sha256  # two files...
     assert "torch2.7" in Path(res.wheel_path).name and "stable2.10" in stable.wheel
     assert torch_cxx_symbols(res.wheel_path) > 0  # ...bound to torch two ways (c10's C++ API here)...
     assert stable.toolchain["torch_binding"] == "stable"
-    assert mine.summary() == devicecode.DeviceCode.summary_of(stable.extensions)
+    assert mine.summary() == device_code.DeviceCode.summary_of(stable.extensions)
     assert mine.digest == stable.digest, (mine.summary(), stable.summary())  # ...one device code
     recorded = store.load(ROOT, VERSION_BOUND).device_code_of(res.wheel_sha256)
     assert recorded == mine.digest  # the test session recorded it as it verified the build

@@ -1,4 +1,4 @@
-"""Resolving lockfiles with uv (the network edge of locking) and writing them all-or-nothing.
+"""An env's lockfiles, resolved with uv (needs PyPI) and written all-or-nothing.
 
 The requirement sets, the fixed header and the offline checks live in :mod:`flashkit.plan.lock`; this
 module runs ``uv pip compile`` (the image's Python, then every other Python the env's torch supports,
@@ -8,7 +8,6 @@ wheels-only and preferring the image's versions) and writes all of an env's file
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from packaging.utils import canonicalize_name
 from flashkit.core import paths, procs
 from flashkit.core.atomic import write_texts_atomic
 from flashkit.core.errors import LockError, ToolError
+from flashkit.locking.uv import uv_binary
 from flashkit.plan import production
 from flashkit.plan.lock import PIN_RE, PLATFORM, LockTexts, check, header, inputs, parse, resolver_args
 from flashkit.plan.spec import EnvSpec
@@ -27,22 +27,6 @@ from flashkit.plan.spec import EnvSpec
 class Resolved:
     image: LockTexts  # the image's runtime set (its Python's file) and the builder's additions
     production: production.Production  # every covered Python's set (the image's included) and the merge
-
-
-def uv_binary() -> str:
-    found = shutil.which("uv")
-    if found:
-        return found
-    try:
-        from uv import find_uv_bin  # the `uv` PyPI package ships the binary beside this helper
-    except ImportError:
-        find_uv_bin = None
-    if find_uv_bin is not None:
-        try:
-            return find_uv_bin()
-        except FileNotFoundError:
-            pass
-    raise ToolError("uv is not installed: `pip install uv` (it is a dependency of flashkit)")
 
 
 class NoSolution(Exception):

@@ -1,6 +1,7 @@
-"""Running the verification tiers on a build and recording what they found.
+"""Running the verification tiers on a build and recording what they found (the tiers themselves are
+defined in :mod:`flashkit.verify.tiers`; this module sits in the ledger because it records).
 
-``verify_build`` appends the build's ``artifact`` to the ledger (once per distinct build), runs the
+:func:`run_and_record` appends the build's ``artifact`` to the ledger (once per distinct build), runs the
 image tiers on it and appends one ``verdict`` per tier. What the ledger then says about each tier for
 this very artifact, including verdicts that apply because a digest is bit-identical to one judged
 earlier, is returned as judgements for the command line to show.
@@ -32,7 +33,7 @@ def cached_build(root: Path, plan: Plan) -> BuildResult:
     return res
 
 
-def verify_build(
+def run_and_record(
     root: Path,
     plan: Plan,
     res: BuildResult,

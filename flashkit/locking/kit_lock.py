@@ -2,8 +2,9 @@
 
 A publication serves the flashkit wheel beside the kernel wheels (so ``flashkit doctor`` runs without a
 clone), and pip's hash-checking mode installs nothing unpinned: this file pins what ``pyproject.toml``'s
-``[project] dependencies`` pull in. uv resolves it universally (markers instead of one platform). Pure: the
-header, the resolver's arguments and the offline check; :mod:`flashkit.resolver.kit_lock` runs uv.
+``[project] dependencies`` pull in. uv resolves it universally (markers instead of one platform): ``flashkit
+lock --kit`` runs :func:`write` (needs PyPI); the header, the resolver's arguments and the offline
+:func:`check` (``flashkit lock --kit --check``, and a publication before it ships the file) run no tool.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from flashkit.core import procs
+from flashkit.core.atomic import write_text_atomic
+from flashkit.core.errors import LockError, ToolError
+from flashkit.locking.uv import uv_binary
 from flashkit.plan import production
 
 FILE = "lockfiles/kit.txt"
@@ -67,3 +72,25 @@ def check(root: Path, text: str) -> list[str]:
             problems.append(f"{FILE}: pins {pin.name}=={pin.version}, pyproject.toml asks {req}")
     problems += [f"{FILE}: {p.name}=={p.version} has no --hash" for p in pins if not p.hashes]
     return problems
+
+
+def resolve(root: Path) -> str:
+    """The kit lock's text for the checkout at ``root``; LockError naming uv's reason when it finds none."""
+    argv = [uv_binary(), "pip", "compile", "pyproject.toml", *resolver_args()]
+    done = procs.run(
+        argv, timeout=900, error=ToolError, timeout_error=LockError, what="the kit lock: uv pip compile",
+        cwd=root, capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise LockError(f"uv could not resolve the kit's dependencies:\n{done.stderr.strip()}")
+    text = header() + done.stdout
+    problems = check(root, text)
+    if problems:
+        raise LockError("uv's kit lock does not check out: " + "; ".join(problems))
+    return text
+
+
+def write(root: Path) -> Path:
+    path = root / FILE
+    write_text_atomic(path, resolve(root))
+    return path

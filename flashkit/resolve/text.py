@@ -1,4 +1,4 @@
-"""What `flashkit resolve` prints for a :class:`~flashkit.doctor.fit.Resolution`, as data.
+"""What `flashkit resolve` prints for a :class:`~flashkit.resolve.fit.Resolution`, as data.
 
 One function writes the lines, and two readers show them: the command line (stdout for what a script
 uses, stderr for the explanation) and the install page (``flashkit site``), which stores these lines for
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from packaging.version import Version
 
 from flashkit.core.errors import FlashkitError, NotPublished, NoVerifiedFit, SpecError, UsageError
-from flashkit.doctor.fit import EnvAnswer, Resolution, resolve
 from flashkit.doctor.model import Query
 from flashkit.doctor.repo import RepoFacts
 from flashkit.plan.production import fresh_venv_line
+from flashkit.resolve.fit import EnvAnswer, Resolution, resolve
 
 OUT, ERR = "out", "err"
 
