@@ -16,12 +16,14 @@ import traceback
 
 from flashkit.cli import (
     aot_cmd,
+    docs_cmd,
     doctor_cmd,
     image_cmd,
     ledger_cmd,
     matrix_cmd,
     plan_cmd,
     resolve_cmd,
+    results_cmd,
     site_cmd,
     trust_cmd,
     wheels_cmd,
@@ -32,6 +34,7 @@ from flashkit.core.errors import FlashkitError, Terminated
 EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
 GROUPS = (
     plan_cmd, matrix_cmd, image_cmd, ledger_cmd, wheels_cmd, aot_cmd, trust_cmd, doctor_cmd, resolve_cmd, site_cmd,
+    results_cmd, docs_cmd,
 )  # fmt: skip
 
 
