@@ -121,13 +121,43 @@ def test_the_cli_wires_commands_by_explicit_imports():
     assert "importlib" not in text and "EXTENSIONS" not in text
 
 
+# What a script looks like, in any language: its suffix, a name that build tools run, or a first line "#!".
+SCRIPT_SUFFIXES = frozenset({
+    ".py", ".pyw", ".ipynb", ".sh", ".bash", ".zsh", ".fish", ".ps1", ".bat", ".pl", ".rb", ".js", ".mjs", ".ts",
+    ".lua", ".r", ".jl", ".tcl", ".awk", ".sed", ".mk", ".cmake", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h",
+    ".hpp", ".patch", ".diff",
+})  # fmt: skip
+SCRIPT_NAMES = frozenset({"Makefile", "makefile", "Dockerfile", "Containerfile", "Justfile", "noxfile.py"})
+
+
+def is_script(path: Path) -> bool:
+    if path.suffix.lower() in SCRIPT_SUFFIXES or path.name in SCRIPT_NAMES or path.stat().st_mode & 0o111:
+        return True
+    with path.open("rb") as fh:
+        return fh.read(2) == b"#!"
+
+
 def test_benchmark_results_hold_results_only():
-    """benchmarks/results keeps the latest result of each benchmark (the history is in git): under 1 MB, and
-    no one-off run scripts (a run's commands live in the benchmark scripts' options and the READMEs)."""
+    """benchmarks/results keeps the latest result of each benchmark (the history is in git): under 1 MB, no
+    script of any language (a run's command lives in the benchmark's options and in the folder's README; a
+    GPU-host tool in flash_kernels/tools/gpu/), and a README in every folder that says what produced it."""
     results = ROOT.parent / "benchmarks" / "results"
     files = [p for p in results.rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 1024 * 1024
-    assert not [p for p in files if p.suffix in (".sh", ".bash")]
+    scripts = sorted(p.relative_to(results).as_posix() for p in files if is_script(p))
+    assert not scripts, f"scripts under benchmarks/results (move them to benchmarks/ or tools, or drop them): {scripts}"
+    folders = [p for p in results.iterdir() if p.is_dir()]
+    assert folders and (results / "README.md").is_file()
+    bare = sorted(p.name for p in folders if not (p / "README.md").is_file())
+    assert not bare, f"result folders without a README saying which command produced them: {bare}"
+
+
+def test_a_script_is_recognised_whatever_its_language(tmp_path):
+    for name, text in (("run.py", "x"), ("x.patch", "x"), ("go", "#!/bin/sh\n"), ("Makefile", "all:\n")):
+        (tmp_path / name).write_text(text)
+        assert is_script(tmp_path / name), name
+    (tmp_path / "bench.log").write_text("fwd 1.0 ms\n")
+    assert not is_script(tmp_path / "bench.log")
 
 
 # Where a process may be started other than through flashkit.core.procs.run: the standard-library-only GPU
