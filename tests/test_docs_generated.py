@@ -6,8 +6,10 @@ it fails until `flashkit docs` has rewritten the blocks."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import lzma
+import re
 import shutil
 
 import pytest
@@ -18,6 +20,36 @@ from flashkit.cli.matrix_cmd import matrix_rows
 from flashkit.core.errors import SpecError
 from flashkit.ledger import store
 from flashkit.site import headlines, results
+
+
+def test_every_committed_generated_block_is_what_the_ledger_and_results_give():
+    problems = []
+    for path, new in docs_cmd.stale(REPO).items():
+        old = path.read_text()
+        diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), n=0))
+        problems.append(f"{path.relative_to(REPO)}:\n{diff[:3000]}")
+    assert not problems, "generated blocks are stale; run `flashkit docs` and commit:\n" + "\n".join(problems)
+
+
+def test_the_blocks_the_docs_promise_are_there():
+    """Each block is where the docs say it is, so the first test has something to keep true."""
+    want = {
+        "README.md": {"matrix-summary", "results-kernels"},
+        "docs/verification.md": {"matrix"},
+        "docs/performance.md": {"results"},
+        "benchmarks/results/README.md": {"results-index"},
+    }
+    for rel, names in want.items():
+        found = {m["name"] for m in docs_cmd.BLOCK.finditer((REPO / rel).read_text())}
+        assert names <= found, f"{rel} lacks the generated blocks {sorted(names - found)}"
+
+
+def test_the_matrix_block_is_what_the_command_prints(cli):
+    res = cli("--repo", str(REPO), "matrix", "--format", "markdown")
+    assert res.code == 0, res.err
+    page = (REPO / "docs" / "verification.md").read_text()
+    block = next(m["body"] for m in docs_cmd.BLOCK.finditer(page) if m["name"] == "matrix")
+    assert res.out == block
 
 
 @pytest.fixture
@@ -105,7 +137,7 @@ def test_the_latest_result_of_each_benchmark_with_a_headline_from_its_file(cli, 
             {"g.json.xz": lzma.compress(GENERATE)})  # fmt: skip
     found = results.latest(results.every_result(kit_repo))
     assert [(r.folder, r.date) for r in found] == [("benchmarks/results/gen_20261205", "2026-12-05")]
-    assert found[0].headline == "transformers generate 1.16x the speed of sdpa, training step 0.99x"
+    assert found[0].headline == "generate 1.16x the speed of sdpa, training step 0.99x"
     r = cli("--repo", str(kit_repo), "results", "--format", "markdown")
     assert r.code == 0, r.err
     assert r.out.splitlines()[2].startswith("| generate | `benchmarks/results/gen_20261205/` | 2026-12-05 | abc1234 |")
@@ -173,11 +205,14 @@ def test_headlines_of_each_kind_of_result_file():
     assert headlines.headline(decode).endswith("speed over cuDNN's: 0.97-1.02 at 2 shapes")
     abi = {"wheels": {}, "rows": [{"ratio_device_us": 0.75}, {"ratio_device_us": 1.08}]}
     assert headlines.headline(abi).endswith("0.75-1.08 at 2 cases")
-    host = {"calls": 200, "rows": [{"layer": "api", "us": 24.2}, {"layer": "sdpa_cudnn", "us": 15.0}]}
-    assert headlines.headline(host) == "host time per call: the API 24 µs, SDPA cuDNN 15 µs"
+    host = {
+        "calls": 200,
+        "rows": [{"shape": "s", "layer": "api", "us": 24.2}, {"shape": "s", "layer": "sdpa_cudnn", "us": 15.0}],
+    }
+    assert headlines.headline(host) == "the API 24 µs, SDPA cuDNN 15 µs per call at 1 shapes"
     tiles = {"rows": [{"seqlen": 1, "causal": False, "config": "default", "vs_cudnn": 0.3},
                       {"seqlen": 1, "causal": False, "config": "64x32w4s2", "vs_cudnn": 0.55}]}  # fmt: skip
-    assert headlines.headline(tiles).endswith("best forced tile 0.55, the default tile 0.30 (1 shapes)")
+    assert headlines.headline(tiles).endswith("best forced tile 0.55, the tile the path picked then 0.30 (1 shapes)")
     run = {"tier": "artifact-gpu", "verdict": "passed", "env": "e", "host": {"gpu": "NVIDIA H200"},
            "counts": {"passed": 3, "failed": 0, "skipped": 1}, "judged": {"wheel_sha256": "ab" * 32}}  # fmt: skip
     assert (
@@ -188,3 +223,34 @@ def test_headlines_of_each_kind_of_result_file():
         headlines.headline({"something": "else"})
     with pytest.raises(ValueError):
         headlines.headline("a log with no rows")
+
+
+def test_the_changelog_page_keeps_its_links_working_on_the_site(tmp_path):
+    (tmp_path / "CHANGELOG.md").write_text(
+        "- [Publishing](docs/publishing.md#wheels-on-an-index), [the README](README.md), "
+        "[decode_splits_20261206](benchmarks/results/decode_splits_20261206/), [a tool](flash_kernels/tools/x.py), "
+        "[nox](https://nox.thea.codes/)\n"
+    )
+    assert docs_cmd.changelog_page(tmp_path) == (
+        "- [Publishing](publishing.md#wheels-on-an-index), [the README](index.md), "
+        "`benchmarks/results/decode_splits_20261206/`, a tool (`flash_kernels/tools/x.py`), "
+        "[nox](https://nox.thea.codes/)\n"
+    )
+
+
+def test_every_link_of_the_changelog_leads_somewhere():
+    text = (REPO / "CHANGELOG.md").read_text()
+    for m in docs_cmd.LINK.finditer(text):
+        target = m["target"].split("#")[0]
+        if target and not target.startswith(("http://", "https://")):
+            assert (REPO / target).exists(), f"CHANGELOG.md links to {target}, which is not in the repository"
+    assert "session" not in text.lower() and not re.search(r"issue \d", text, re.IGNORECASE)
+
+
+def test_the_product_docs_cite_no_tracker_or_work_session():
+    """A tracker's numbers and the names of work sessions mean nothing to a reader; git keeps them."""
+    pages = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "flash_kernels" / "README.md"]
+    pages += sorted((REPO / "docs").glob("*.md"))
+    cited = re.compile(r"\b(issues?|sessions?) \d+|\bthis session\b", re.IGNORECASE)
+    found = [f"{p.relative_to(REPO)}: {m[0]!r}" for p in pages for m in cited.finditer(p.read_text())]
+    assert not found, found

@@ -27,7 +27,7 @@ def table(found: list[Result], linked: bool = False) -> list[str]:
 
 def bullets(found: list[Result]) -> list[str]:
     """The short form the README shows: benchmark, headline, machine and date."""
-    return [f"- {r.benchmark}: {r.headline} ({r.machine}, {r.date})" for r in found if r.headline]
+    return [f"- **{r.benchmark}** ({r.machine}, {r.date}): {r.headline}" for r in found if r.headline]
 
 
 def markdown(found: list[Result], linked: bool = False) -> str:

@@ -131,14 +131,14 @@ def upstream_tests(data: dict) -> str:
 
 def generate(ratios: dict) -> str:
     return (
-        f"transformers generate {_num(ratios['generate_sdpa_over_fk']):.2f}x the speed of sdpa, "
+        f"generate {_num(ratios['generate_sdpa_over_fk']):.2f}x the speed of sdpa, "
         f"training step {_num(ratios['train_sdpa_over_fk']):.2f}x"
     )
 
 
 def abi_modes(rows: list[dict]) -> str:
     ratios = [_num(r["ratio_device_us"]) for r in rows]
-    return f"stable-ABI wheel's device time over the version-bound wheel's: {_span(ratios)} at {len(ratios)} cases"
+    return f"device time, stable-ABI wheel over version-bound: {_span(ratios)} at {len(ratios)} cases"
 
 
 def host_path(rows: list[dict]) -> str:
@@ -146,7 +146,10 @@ def host_path(rows: list[dict]) -> str:
     for r in rows:
         by_layer.setdefault(str(r["layer"]), []).append(_num(r["us"]))
     shown = [(name, by_layer[layer]) for layer, name in (("api", "the API"), ("sdpa_cudnn", "SDPA cuDNN"))]
-    return "host time per call: " + ", ".join(f"{n} {_span(us, '{:.0f}')} µs" for n, us in shown if us)
+    return (
+        ", ".join(f"{n} {_span(us, '{:.0f}')} µs" for n, us in shown if us)
+        + f" per call at {len({str(r.get('shape')) for r in rows})} shapes"
+    )
 
 
 def triton_tiles(rows: list[dict]) -> str:
@@ -159,6 +162,6 @@ def triton_tiles(rows: list[dict]) -> str:
         else:
             best[shape] = max(best.get(shape, 0.0), _num(r["vs_cudnn"]))
     return (
-        f"Triton fwd+bwd speed over cuDNN's: best forced tile {_span(list(best.values()))}, "
-        f"the default tile {_span(list(default.values()))} ({len(best)} shapes)"
+        f"fwd+bwd speed over cuDNN's: best forced tile {_span(list(best.values()))}, the tile the path "
+        f"picked then {_span(list(default.values()))} ({len(best)} shapes)"
     )
