@@ -212,3 +212,25 @@ def test_the_kernels_stand_alone_and_stay_readable(path):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
         assert not [n for n in names if n.split(".")[0] == "flashkit"], f"{path.relative_to(KERNELS)} imports the kit"
+
+
+def unlinked_notes(repo: Path) -> list[str]:
+    """The files under notes/ that no page of the documentation (README.md, docs/*.md) names by path: notes/
+    keeps design notes the docs point to; a lab notebook's history belongs in the changelog or in git."""
+    notes = repo / "notes"
+    pages = "\n".join(p.read_text() for p in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))] if p.is_file())
+    found = sorted(p.relative_to(repo).as_posix() for p in notes.rglob("*") if p.is_file()) if notes.is_dir() else []
+    return [rel for rel in found if rel not in pages]
+
+
+def test_notes_hold_only_design_notes_the_docs_link_to():
+    assert not unlinked_notes(ROOT.parent), "notes/ files no doc links to (link them or move them to the changelog)"
+
+
+def test_an_unlinked_note_is_found(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "design.md").write_text("why\n")
+    (tmp_path / "notes" / "lab.md").write_text("tried\n")
+    (tmp_path / "docs" / "index.md").write_text("See [the design](../notes/design.md).\n")
+    assert unlinked_notes(tmp_path) == ["notes/lab.md"]
