@@ -1,4 +1,4 @@
-"""Crash consistency (issue 29): a process killed with SIGKILL at seeded random points while it appends to a
+"""Crash consistency: a process killed with SIGKILL at seeded random points while it appends to a
 ledger, merges 1,000 lines into one, writes a set of lockfiles, the install page or a wheelhouse. After every
 kill the ledger reads whole (every line checked), no fact that was there before is lost, every file is a
 whole version, a folder output is the old one or the new one (never a mix, and the site never missing), and

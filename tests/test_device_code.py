@@ -1,4 +1,4 @@
-"""Device code (issue 32): its digest counts only the code, and a GPU verdict follows it to another env only
+"""Device code: its digest counts only the code, and a GPU verdict follows it to another env only
 when that env's own wheel carries the identical digest, its spec accepts such evidence and its own build,
 abi and cpu tiers passed. A relation that does not hold is refused with exit 34."""
 

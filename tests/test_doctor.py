@@ -674,7 +674,7 @@ def test_env_image_fits_through_its_lockfile_cuda(specs):
 
 
 def test_recommendation_gives_the_install_command_for_the_inspected_python():
-    """torch 2.7.1+cu126 on Python 3.10: cu124-torch27, with the file resolved for 3.10 (issue 18)."""
+    """torch 2.7.1+cu126 on Python 3.10: cu124-torch27, with the file resolved for 3.10."""
     found = repo.load(REPO)
     kw = {"specs": found.specs, "lockfiles": found.lockfiles, "requirements": found.requirements}
     diag = doctor.diagnose(facts(python="3.10.4", torch=torch_facts()), lock_cuda={"cu124-torch27": "12.6"}, **kw)

@@ -1,4 +1,4 @@
-"""Hostile input to the newer commands (issue 29): each is a clear error with its documented exit code,
+"""Hostile input to the newer commands: each is a clear error with its documented exit code,
 writes nothing outside the declared output, and does not hang."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile output paths (issue 44): every command that writes a file or a folder follows one rule
+"""Hostile output paths: every command that writes a file or a folder follows one rule
 (flashkit/core/outputs.py). Each case runs the real command as a process on a throwaway checkout that is a
 git repository, and checks the documented exit code, that no traceback was printed, that nothing hung, that
 nothing under ``.git`` changed and that nothing was written where the path led."""

@@ -1,4 +1,4 @@
-"""Hostile input to the readers of the newest commands (issue 44): ledgers as the install page, the matrix and
+"""Hostile input to the readers of the newest commands: ledgers as the install page, the matrix and
 `ledger show` read them, benchmark results, wheels for `ledger device-code`, the GPU host's runner and
 `ledger merge`. Each case runs the real command as a process (a hang fails it) and checks the documented exit
 code, that no traceback was printed and what was (not) written; a merge that is refused leaves every ledger

@@ -1,4 +1,4 @@
-"""Envs that install another env's wheel (issue 19, ``wheel_from``): they inherit that env's wheel verdicts on the
+"""Envs that install another env's wheel (``wheel_from``): they inherit that env's wheel verdicts on the
 very same sha256, recorded as cross-env applies in their own ledger; their images are judged on their own."""
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_the_known_gaps_are_recorded():
 
 
 def test_networkx_is_the_version_each_python_allows():
-    """The bug of issue 18: cu124-torch27 pinned networkx 3.7 (Python >= 3.12) for everyone."""
+    """A bug once shipped: cu124-torch27 pinned networkx 3.7 (Python >= 3.12) for everyone."""
     pins = production.parse_merged(_read(load_env(REPO, "cu124-torch27")).merged)[0]
     got = {py: production.pins_for(pins, py)[0]["networkx"].version for py in ("3.9", "3.10", "3.11", "3.12", "3.13")}
     assert got == {"3.9": "3.2.1", "3.10": "3.4.2", "3.11": "3.6.1", "3.12": "3.7", "3.13": "3.7"}

@@ -1,4 +1,4 @@
-"""Property-based tests of the newest readers (issue 44; hypothesis, the fixed profile of conftest.py): the wheel
+"""Property-based tests of the newest readers (hypothesis, the fixed profile of conftest.py): the wheel
 reader, the fat binary and device-code reader, the strict JSON reader, the benchmark results and the install
 page's ledger rows. Whatever the bytes, each ends in a result or its own documented error, never another
 exception, and a result keeps the reader's promises (names inside the wheel, finite measurements, a note on

@@ -1,4 +1,4 @@
-"""wheel_from: an env that installs the stable-ABI wheel another env builds (issue 19, one wheel many envs).
+"""wheel_from: an env that installs the stable-ABI wheel another env builds (one wheel, many envs).
 
 The planner must tie the consumer's identity to the source's (input hash), render a builder stage that is
 the source's builder image, and refuse a source whose wheel cannot serve the consumer, naming the field.

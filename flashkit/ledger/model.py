@@ -15,7 +15,7 @@ Five kinds, written only by appending (schema 2, ``schema/ledger-v2.schema.json`
   :mod:`flashkit.ledger.record`).
 - ``device-code``: the device code of a build's wheel (every cubin and PTX payload, and their digest). With
   ``relation="device-code"``, an ``applies`` carries another env's artifact-gpu verdict on another wheel whose
-  device code is identical (issue 32; :mod:`flashkit.ledger.device_code`).
+  device code is identical (:mod:`flashkit.ledger.device_code`).
 - ``publication``: an image pushed to a registry: repository, manifest digest, tags, policy, the
   judged and the published image ids, the verdicts the gate relied on, and the signed attestation
   attached to the digest (its manifest digest, tag, key id and predicate types).

@@ -6,7 +6,7 @@ every earlier verdict whose digest a newer artifact also holds (a bit-identical 
 another host) gets an ``applies`` fact that names both and says why, so that inheritance is recorded,
 not implied.
 
-Across envs (issue 19): a wheel built on torch's stable C ABI loads on every torch >= 2.10 of its CUDA
+Across envs: a wheel built on torch's stable C ABI loads on every torch >= 2.10 of its CUDA
 major, so an env may install the wheel another env built instead of compiling its own (its artifact's
 ``wheel_from``). Its build then inherits the source env's wheel verdicts (build, artifact-gpu) on that
 very sha256, each as an ``applies`` with ``source_env`` in the consumer's own ledger; image verdicts
@@ -259,7 +259,7 @@ def append_with_applies(root: Path, env: str, facts: list[Fact]) -> tuple[Ledger
     return ledger, added
 
 
-# -- device code (issue 32) ----------------------------------------------------------------------------------
+# -- device code -------------------------------------------------------------------------------------------
 def device_code_fact(
     art: Artifact, code: devicecode.DeviceCode, toolchain: dict[str, str], *, extracted_on: str = "build-host"
 ) -> DeviceCodeFact:

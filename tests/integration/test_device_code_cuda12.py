@@ -1,4 +1,4 @@
-"""CUDA 12 verified through device code (issue 32), with the images `.ci/run` builds.
+"""CUDA 12 verified through device code, with the images `.ci/run` builds.
 
 The GPU host runs torch 2.11 with CUDA 13, so no torch 2.7 wheel can run there. cu124-torch210's stable-ABI
 wheel can (through the stable ABI, with the env's pinned CUDA 12 runtime beside torch's): its artifact-gpu

@@ -1,4 +1,4 @@
-"""``flashkit doctor`` against real broken artifacts made in the env images (issue 7).
+"""``flashkit doctor`` against real broken artifacts made in the env images.
 
 - torch mismatch: cu130-torch211's flash_kernels wheel installed into cu124-torch27's runtime
   image (torch 2.7, CUDA 12), with flashkit installed there from wheels fetched on the host for

@@ -109,7 +109,7 @@ def _abi_of_swapped_wheel(engine, tmp_path, donor, host):
 
 
 def test_wheel_from_another_torch_fails_abi_with_the_demangled_symbol(engine, built_env, tmp_path):
-    """Issue 5 acceptance, for the version-bound mode: cu124-torch27's wheel (torch 2.7, CUDA 12) dropped
+    """The cross-torch failure, for the version-bound mode: cu124-torch27's wheel (torch 2.7, CUDA 12) dropped
     into cu130-torch211's image (torch 2.11, CUDA 13)."""
     r = _abi_of_swapped_wheel(engine, tmp_path, built_env("cu124-torch27"), built_env("cu130-torch211"))
     text = "\n".join(r.reasons)
