@@ -1,7 +1,7 @@
 """Decode attention on one GPU: the CUDA KV-cache kernel (dense and paged) against the Triton decode path
 and torch SDPA (cuDNN, flash), all measured in one run beside the device's copy bandwidth.
 
-Shapes: issue 16's decode table plus b=1 with 128k keys; one new token per sequence, bf16, every cache
+Shapes: the decode table of the kernels' goals plus b=1 with 128k keys; one new token per sequence, bf16, every cache
 full (cache_seqlens = cache length). Bytes = K + V of the cache read once (what decode must move at the
 least); share of copy = bytes / time / copy bandwidth, the copy bandwidth being (read + write bytes) / time
 of a 2 GiB device-to-device copy measured at the start of the same run.

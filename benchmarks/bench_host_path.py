@@ -1,6 +1,6 @@
 """Host time per call, layer by layer: where the ~100 us that flash_kernels spends before its kernel runs go.
 
-Method (as issue 31 measured it): the GPU is kept busy with ``torch.cuda._sleep`` while N calls are issued,
+Method: the GPU is kept busy with ``torch.cuda._sleep`` while N calls are issued,
 so the wall time of the loop is the CPU side alone (the kernels queue behind the sleep). Best of --repeats.
 A run whose sleep ended before the loop did is reported as invalid rather than counted.
 

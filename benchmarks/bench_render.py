@@ -1,7 +1,9 @@
 """Time render + input hash for every env (warm), as the CLI does them: load the spec, check the
 lockfiles, hash spec + locks + template + kernel sources, render the Dockerfile.
 
-    python benchmarks/bench_render.py [--repeat N] [--out benchmarks/results/render.md]
+    python benchmarks/bench_render.py [--repeat N] [--out benchmarks/results/render_<YYYYMMDD>/render.md]
+
+Prints the table; --out also writes it (a result folder needs a README beside it: benchmarks/results/README.md).
 
 Target: under 2 s for all envs together. One warm-up pass is not timed (imports, Jinja compile).
 """
@@ -34,7 +36,7 @@ def one(env: str) -> tuple[str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--out", default="benchmarks/results/render.md")
+    ap.add_argument("--out", help="also write the table here, relative to the repository root")
     args = ap.parse_args()
 
     envs = env_ids(ROOT)
@@ -74,9 +76,10 @@ def main() -> int:
     ]
     report = "\n".join(lines)
     print(report)
-    out = ROOT / args.out
-    write_text_atomic(out, report)
-    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+    if args.out:
+        out = ROOT / args.out
+        write_text_atomic(out, report)
+        print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     return 0 if med_total < TARGET_S else 1
 
 

@@ -124,13 +124,43 @@ def test_the_cli_wires_commands_by_explicit_imports():
     assert "importlib" not in text and "EXTENSIONS" not in text
 
 
+# What a script looks like, in any language: its suffix, a name that build tools run, or a first line "#!".
+SCRIPT_SUFFIXES = frozenset({
+    ".py", ".pyw", ".ipynb", ".sh", ".bash", ".zsh", ".fish", ".ps1", ".bat", ".pl", ".rb", ".js", ".mjs", ".ts",
+    ".lua", ".r", ".jl", ".tcl", ".awk", ".sed", ".mk", ".cmake", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h",
+    ".hpp", ".patch", ".diff",
+})  # fmt: skip
+SCRIPT_NAMES = frozenset({"Makefile", "makefile", "Dockerfile", "Containerfile", "Justfile", "noxfile.py"})
+
+
+def is_script(path: Path) -> bool:
+    if path.suffix.lower() in SCRIPT_SUFFIXES or path.name in SCRIPT_NAMES or path.stat().st_mode & 0o111:
+        return True
+    with path.open("rb") as fh:
+        return fh.read(2) == b"#!"
+
+
 def test_benchmark_results_hold_results_only():
-    """benchmarks/results keeps the latest result of each benchmark (the history is in git): under 1 MB, and
-    no one-off run scripts (a run's commands live in the benchmark scripts' options and the READMEs)."""
+    """benchmarks/results keeps the latest result of each benchmark (the history is in git): under 1 MB, no
+    script of any language (a run's command lives in the benchmark's options and in the folder's README; a
+    GPU-host tool in flash_kernels/tools/gpu/), and a README in every folder that says what produced it."""
     results = ROOT.parent / "benchmarks" / "results"
     files = [p for p in results.rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 1024 * 1024
-    assert not [p for p in files if p.suffix in (".sh", ".bash")]
+    scripts = sorted(p.relative_to(results).as_posix() for p in files if is_script(p))
+    assert not scripts, f"scripts under benchmarks/results (move them to benchmarks/ or tools, or drop them): {scripts}"
+    folders = [p for p in results.iterdir() if p.is_dir()]
+    assert folders and (results / "README.md").is_file()
+    bare = sorted(p.name for p in folders if not (p / "README.md").is_file())
+    assert not bare, f"result folders without a README saying which command produced them: {bare}"
+
+
+def test_a_script_is_recognised_whatever_its_language(tmp_path):
+    for name, text in (("run.py", "x"), ("x.patch", "x"), ("go", "#!/bin/sh\n"), ("Makefile", "all:\n")):
+        (tmp_path / name).write_text(text)
+        assert is_script(tmp_path / name), name
+    (tmp_path / "bench.log").write_text("fwd 1.0 ms\n")
+    assert not is_script(tmp_path / "bench.log")
 
 
 # Where a process may be started other than through flashkit.core.procs.run: the standard-library-only GPU
@@ -185,3 +215,25 @@ def test_the_kernels_stand_alone_and_stay_readable(path):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
         assert not [n for n in names if n.split(".")[0] == "flashkit"], f"{path.relative_to(KERNELS)} imports the kit"
+
+
+def unlinked_notes(repo: Path) -> list[str]:
+    """The files under notes/ that no page of the documentation (README.md, docs/*.md) names by path: notes/
+    keeps design notes the docs point to; a lab notebook's history belongs in the changelog or in git."""
+    notes = repo / "notes"
+    pages = "\n".join(p.read_text() for p in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))] if p.is_file())
+    found = sorted(p.relative_to(repo).as_posix() for p in notes.rglob("*") if p.is_file()) if notes.is_dir() else []
+    return [rel for rel in found if rel not in pages]
+
+
+def test_notes_hold_only_design_notes_the_docs_link_to():
+    assert not unlinked_notes(ROOT.parent), "notes/ files no doc links to (link them or move them to the changelog)"
+
+
+def test_an_unlinked_note_is_found(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "design.md").write_text("why\n")
+    (tmp_path / "notes" / "lab.md").write_text("tried\n")
+    (tmp_path / "docs" / "index.md").write_text("See [the design](../notes/design.md).\n")
+    assert unlinked_notes(tmp_path) == ["notes/lab.md"]

@@ -16,6 +16,7 @@ import traceback
 
 from flashkit.cli import (
     aot_cmd,
+    docs_cmd,
     doctor_cmd,
     image_cmd,
     ledger_cmd,
@@ -23,6 +24,7 @@ from flashkit.cli import (
     plan_cmd,
     publish_cmd,
     resolve_cmd,
+    results_cmd,
     site_cmd,
     trust_cmd,
     verify_cmd,
@@ -35,7 +37,7 @@ from flashkit.core.errors import FlashkitError, Terminated
 EPILOG = "exit codes:\n" + "".join(f"  {code:<6} {text}\n" for code, text in errors.EXIT_CODES)
 GROUPS = (
     plan_cmd, matrix_cmd, image_cmd, verify_cmd, publish_cmd, wheelhouse_cmd, ledger_cmd, wheels_cmd, aot_cmd,
-    trust_cmd, doctor_cmd, resolve_cmd, site_cmd,
+    trust_cmd, doctor_cmd, resolve_cmd, site_cmd, results_cmd, docs_cmd,
 )  # fmt: skip
 
 

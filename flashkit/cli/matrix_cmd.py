@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+from flashkit.cli import matrix_markdown
 from flashkit.cli.common import root, say
 from flashkit.core.errors import FlashkitError, LockError
 from flashkit.core.names import TIER_ORDER
@@ -36,7 +37,7 @@ def short_local(local: str) -> str:
     return local.replace("torch", "t").replace("cxx11abitrue", "-cxx11").replace("cxx11abifalse", "-precxx11")
 
 
-def _matrix_rows(r: Path, unreadable: dict[str, FlashkitError]) -> list[matrix.MatrixRow]:
+def matrix_rows(r: Path, unreadable: dict[str, FlashkitError]) -> list[matrix.MatrixRow]:
     """Every env's row, in id order; a spec that does not validate is a row with its error, and a ledger that
     does not read a row that says so (its error in ``unreadable``)."""
     specs, broken = load_each(r)
@@ -54,9 +55,11 @@ def _matrix_rows(r: Path, unreadable: dict[str, FlashkitError]) -> list[matrix.M
         status, seen = "not verified", None
         if plan is not None:
             try:
-                s = gate.summary(store.load(r, str(spec.id)), plan.input_hash, spec.gpu_evidence)
+                ledger = store.load(r, str(spec.id))
+                s = gate.summary(ledger, plan.input_hash, spec.gpu_evidence)
                 status = s.status
-                seen = matrix.LedgerView(s.tiers, s.wheel, s.published, s.device_code, s.gpu_how)
+                decision = gate.latest_decision(ledger, plan.input_hash, gate.parse_policy(None), spec.gpu_evidence)
+                seen = matrix.LedgerView(s.tiers, s.wheel, s.published, s.device_code, s.gpu_how, bool(decision))
             except FlashkitError as exc:  # a broken ledger must not hide the matrix; say so instead
                 status = f"unknown (ledger unreadable: {str(exc).splitlines()[0]})"
                 unreadable[str(spec.id)] = exc
@@ -164,13 +167,15 @@ def wide(rows: list[matrix.MatrixRow], verbose: bool) -> None:
 
 def cmd_matrix(args) -> int:
     unreadable: dict[str, FlashkitError] = {}
-    rows = _matrix_rows(root(args), unreadable)
+    rows = matrix_rows(root(args), unreadable)
     # A broken spec (3) is more fundamental than a rule's rejection (4), as in `flashkit validate`, and both
     # than a ledger that does not read (its own code, as `flashkit ledger show` exits: 14, or 34).
     codes = [3] * any(r.verdict == "invalid" for r in rows) + [4] * any(r.verdict == "rejected" for r in rows)
     code = min(codes + [exc.exit_code for exc in unreadable.values()], default=0)
-    if args.json:
+    if args.json or args.format == "json":
         print(json.dumps([r.to_json() for r in rows], indent=2, sort_keys=True))
+    elif args.format == "markdown":
+        print(matrix_markdown.markdown(rows), end="")
     elif args.wide or args.verbose:
         wide(rows, args.verbose)
     else:
@@ -188,7 +193,13 @@ def register(sub) -> None:
         "matrix",
         help="every env at its current input hash: tier verdicts, wheel, published tags (80 columns; --wide, --json)",
     )
-    s.add_argument("--json", action="store_true", help="machine-readable output, every detail")
+    s.add_argument("--json", action="store_true", help="machine-readable output, every detail (= --format json)")
+    s.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default="text",
+        help="text (the 80-column table, or --wide), json, or markdown (the table the docs show)",
+    )
     s.add_argument(
         "--wide", action="store_true", help="also rules, lock state, base, host support and the Pythons covered"
     )

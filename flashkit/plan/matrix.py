@@ -25,6 +25,7 @@ class LedgerView:
     published: tuple[str, ...] = ()
     device_code: str | None = None  # the latest build's wheel's device-code digest, when recorded
     gpu_how: str | None = None  # how its GPU judgement reaches it (own, applies, via device code ...)
+    verified: bool = False  # the latest build there passes the default publish policy (the gate)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class MatrixRow:
     device_code: str | None  # the device-code digest of that build's wheel, when recorded
     gpu_how: str | None  # how the GPU verdict reaches that build
     error: str | None = None  # verdict "invalid": why its spec could not be read (every other field empty)
+    verified: bool = False  # the gate passes its latest build at the current input hash (default policy)
 
     def to_json(self) -> dict:
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -123,6 +125,7 @@ def row(
         gpu_evidence=tuple(spec.gpu_evidence),
         device_code=seen.device_code,
         gpu_how=seen.gpu_how,
+        verified=seen.verified,
     )
 
 
