@@ -86,13 +86,15 @@ struct PrepareOnlyScope {
 // Launches Kernel, prepared once per device, on `stream`. cudaLaunchKernel returns the launch's own error (a
 // bad configuration, or no memory for its resources), where <<<...>>> followed by cudaGetLastError would also
 // report an unrelated error left pending by an earlier runtime call of this thread. `args` are the kernel's
-// parameters, by value and of exactly its parameter types.
+// parameters, by value and of exactly its parameter types. The kernel goes in as `const void*`, the runtime's
+// C entry point: CUDA 12.4's nvcc cannot deduce the `const T*` of the template overload from a function pointer.
 template <auto Kernel, typename... Args>
 void launch_kernel(dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
   prepare_kernel<Kernel>(smem);
   if (t_prepare_only) return;
   void* params[] = {static_cast<void*>(&args)...};
-  FK_CUDA_CHECK(cudaLaunchKernel(Kernel, grid, block, params, static_cast<size_t>(smem), stream));
+  const void* kernel = reinterpret_cast<const void*>(Kernel);
+  FK_CUDA_CHECK(cudaLaunchKernel(kernel, grid, block, params, static_cast<size_t>(smem), stream));
 }
 
 }  // namespace flash_kernels
