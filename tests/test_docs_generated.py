@@ -251,6 +251,7 @@ def test_the_product_docs_cite_no_tracker_or_work_session():
     """A tracker's numbers and the names of work sessions mean nothing to a reader; git keeps them."""
     pages = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "flash_kernels" / "README.md"]
     pages += sorted((REPO / "docs").glob("*.md"))
+    pages += [REPO / "benchmarks" / "README.md", *sorted((REPO / "benchmarks" / "results").glob("**/README.md"))]
     cited = re.compile(r"\b(issues?|sessions?) \d+|\bthis session\b", re.IGNORECASE)
     found = [f"{p.relative_to(REPO)}: {m[0]!r}" for p in pages for m in cited.finditer(p.read_text())]
     assert not found, found
