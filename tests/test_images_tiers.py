@@ -268,11 +268,8 @@ def test_abi_flags_non_limited_api_in_an_abi3_wheel(tmp_path):
 
 @needs_gxx
 def test_abi_fails_an_extension_linked_with_libstdcxx_a(tmp_path):
-    # An error message built the way the kernels build theirs pulls the stream and locale code in.
-    fmt = (
-        "#include <sstream>\n#include <string>\n"
-        "std::string text(long n) { std::ostringstream s; s << n; return s.str(); }\n"
-    )
+    # The doctor tests' module (an error message built as the kernels build theirs) pulls in stream and locale code.
+    fmt = (Path(__file__).parent / "fixtures" / "elf" / "formats_number.cpp").read_text()
     root, probe = _fake_image(tmp_path, "int", fmt, ext_link=("-static-libstdc++",))
     verdict, _, reasons = tiers.check_abi_in_root(root, probe, WHEEL_NAME, spec())
     assert verdict == "failed"
