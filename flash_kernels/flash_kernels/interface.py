@@ -16,8 +16,8 @@ raised as a clear exception before any kernel runs; the full list is in flash_ke
   Page ids are not checked on the host unless k/v are appended (that would cost a device sync
   per call); an out-of-range id makes that sequence's output NaN and is never dereferenced.
   A paged flash_attn_with_kvcache call checks that cache_seqlens (plus the appended keys) fit the
-  pages block_table addresses (one sync, as flash_attn #2711; skipped during CUDA-graph capture
-  and torch.compile) and raises CacheCapacityError (a RuntimeError) past them.
+  pages block_table addresses (checked on the host after one copy, as flash_attn #2711; skipped
+  during CUDA-graph capture and torch.compile) and raises CacheCapacityError (a RuntimeError) past them.
 - The host checks run once per call signature (flash_kernels.call_memo): a repeated call with
   tensors of the same layout goes straight to the kernels.
 """
@@ -418,23 +418,22 @@ def _capturing(device) -> bool:
 
 def _check_cache_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table,
                       num_pages: int) -> None:
-    """One host sync, when appending or reading pages: the keys must lie inside the cache.
+    """When appending or reading pages: the keys must lie inside the cache.
 
     A paged call reads block_table up to cache_seqlens + seqlen_new keys, and block_table has
     only capacity / page_size columns: past that a kernel would index it out of bounds, so the
     call raises, as flash_attn does (its #2711). An append also needs its pages valid.
     Skipped under torch.compile and CUDA-graph capture, where a sync is impossible; the kernels
     then clamp each sequence to the capacity and the append drops a write it cannot place.
+
+    cache_seqlens (and, for a paged append, block_table) are copied to the host and checked there.
+    A copy launches no kernel: the check needs no device memory and loads no kernel code, so it
+    cannot fail on a full GPU. Reductions on the device did: the first use of each of torch's
+    kernels loads its module, and on a full H100 shared with other processes' contexts the driver
+    failed that load with cudaErrorUnknown, which left the context unusable.
     """
-    lengths = cache_seqlens.long()
-    checks = [lengths.min(), lengths.max() + seqlen_new]
-    if block_table is not None and seqlen_new:
-        page_size = capacity // block_table.shape[1]
-        pages_used = (lengths + seqlen_new + page_size - 1) // page_size
-        used = torch.arange(block_table.shape[1], device=lengths.device)[None, :] < pages_used[:, None]
-        bad = used & ((block_table < 0) | (block_table >= num_pages))
-        checks.append(bad.sum())
-    low, high, *bad_pages = (int(x) for x in torch.stack(checks).tolist())
+    lengths = cache_seqlens.cpu().long()
+    low, high = int(lengths.min()), int(lengths.max()) + seqlen_new
     if seqlen_new and low < 0:
         raise UnsupportedInputError(
             f"cache_seqlens must be >= 0 when appending k/v; got min {low}")
@@ -450,7 +449,13 @@ def _check_cache_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table
         raise CacheCapacityError(
             f"max(cache_seqlens){new} = {high} exceeds the cache length (k_cache.shape[1] = "
             f"{capacity}); allocate a longer cache")
-    if bad_pages and bad_pages[0]:
-        raise UnsupportedInputError(
-            f"block_table holds {bad_pages[0]} page id(s) outside [0, {num_pages}) among the pages "
-            "the sequences use")
+    if block_table is not None and seqlen_new:
+        table = block_table.cpu()
+        page_size = capacity // table.shape[1]
+        pages_used = (lengths + seqlen_new + page_size - 1) // page_size
+        used = torch.arange(table.shape[1])[None, :] < pages_used[:, None]
+        bad = int((used & ((table < 0) | (table >= num_pages))).sum())
+        if bad:
+            raise UnsupportedInputError(
+                f"block_table holds {bad} page id(s) outside [0, {num_pages}) among the pages "
+                "the sequences use")
