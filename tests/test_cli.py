@@ -121,6 +121,16 @@ def test_the_docs_exit_code_table_is_the_one_help_prints():
     assert {"130", "143"} <= dict(rows).keys()  # Ctrl-C and SIGTERM, after the clean-up
 
 
+def test_a_reader_that_stops_reading_ends_the_command_quietly(kit_repo):
+    """`flashkit matrix | head -1`: the pipe closes before the command writes; exit 141, no internal error."""
+    cmd = [sys.executable, "-c", "import sys; from flashkit.cli.main import main; sys.exit(main())"]
+    proc = subprocess.Popen([*cmd, "--repo", str(kit_repo), "matrix"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the interpreter has even imported flashkit
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == errors.EXIT_BROKEN_PIPE, err
+    assert "internal error" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
 def test_console_script_runs(kit_repo):
     exe = shutil.which("flashkit") or str(Path(sys.executable).parent / "flashkit")
     if not Path(exe).exists():

@@ -219,6 +219,15 @@ def test_headlines_of_each_kind_of_result_file():
         headlines.headline(run)
         == "artifact-gpu passed on NVIDIA H200: 3 passed, 0 failed, 1 skipped (e, wheel abababababab)"
     )
+    totals = {"selected": 10, "passed": 6, "failed": 3, "skipped": 0, "not_run": 1}
+    failed = [{"message": "torch.OutOfMemoryError: CUDA out of memory."}] * 2 + [{"message": "AssertionError"}]
+    upstream = {"tests_sha256": "00", "summary": {"totals": totals, "failed": failed}}
+    assert headlines.headline(upstream) == (
+        "flash-attention's test_flash_attn.py, 10 sampled items: 6 passed, 3 failed, 0 skipped "
+        "(2 of them torch.OutOfMemoryError), 1 not run"
+    )
+    upstream["summary"] = {"totals": {**totals, "failed": 0, "not_run": 0}}
+    assert headlines.headline(upstream).endswith(": 6 passed, 0 failed, 0 skipped")
     with pytest.raises(ValueError):
         headlines.headline({"something": "else"})
     with pytest.raises(ValueError):

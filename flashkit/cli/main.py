@@ -128,6 +128,12 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("flashkit: interrupted", file=sys.stderr)
         return errors.EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `flashkit matrix | head`: the reader left, as it may. Point stdout at /dev/null so that the
+        # interpreter's last flush at exit does not fail a second time, and end as SIGPIPE would have.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return errors.EXIT_BROKEN_PIPE
     except Exception as exc:
         if debug:
             traceback.print_exc()

@@ -14,6 +14,7 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 # The shell's 128 + signal number, as if the signal had ended the process; but only after the clean-up ran.
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 EXIT_TERMINATED = 143
 
 
@@ -244,6 +245,10 @@ def _table() -> tuple[tuple[str, str], ...]:
     )
     tail = (
         (str(EXIT_INTERRUPTED), "interrupted: Ctrl-C (SIGINT); the command's clean-up ran first"),
+        (
+            str(EXIT_BROKEN_PIPE),
+            "output closed: the reader of the command's output (head, a pager) stopped reading; nothing more is printed",
+        ),
         (
             str(EXIT_TERMINATED),
             "terminated: SIGTERM (kill, timeout, docker stop, a CI cancel); the same clean-up ran first",
