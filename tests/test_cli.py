@@ -131,6 +131,18 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(kit_repo):
     assert "internal error" not in err and "Traceback" not in err and "Exception ignored" not in err
 
 
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_internal_error(kit_repo, cli, monkeypatch):
+    """A closed socket or child pipe is a failure to report; only a closed stdout ends quietly with 141."""
+    from flashkit.cli import matrix_cmd
+
+    def closed_socket(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(matrix_cmd, "cmd_matrix", closed_socket)
+    r = cli("--repo", str(kit_repo), "matrix")
+    assert r.code == errors.EXIT_INTERNAL and "internal error: BrokenPipeError" in r.err
+
+
 def test_console_script_runs(kit_repo):
     exe = shutil.which("flashkit") or str(Path(sys.executable).parent / "flashkit")
     if not Path(exe).exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import sys
 import threading
@@ -128,21 +129,36 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("flashkit: interrupted", file=sys.stderr)
         return errors.EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if not _stdout_closed():  # another pipe (a daemon's socket, a child's stdin): a bug to report
+            return _internal_error(exc, debug)
         # `flashkit matrix | head`: the reader left, as it may. Point stdout at /dev/null so that the
         # interpreter's last flush at exit does not fail a second time, and end as SIGPIPE would have.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return errors.EXIT_BROKEN_PIPE
     except Exception as exc:
-        if debug:
-            traceback.print_exc()
-        else:
-            print(
-                f"flashkit: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-                file=sys.stderr,
-            )
-        return errors.EXIT_INTERNAL
+        return _internal_error(exc, debug)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (the kernel flags its write end with an error)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or stdout has no descriptor
+        return False
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc)
+    else:
+        print(
+            f"flashkit: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+    return errors.EXIT_INTERNAL
 
 
 if __name__ == "__main__":
