@@ -82,6 +82,20 @@ def cuda_extension_and_cmdclass():
             "fix: `pip install ninja` in the build environment (or FLASH_KERNELS_BUILD_CUDA=0 for Triton-only)"
         )
 
+    # The compiler cpp_extension links with (CXX, else c++) must link libstdc++ dynamically: asked here, before
+    # a 1-3 minute compile, because a statically linked copy only shows when the module first raises.
+    get_cxx = getattr(cpp_extension, "get_cxx_compiler", None)
+    cxx = get_cxx() if get_cxx else os.environ.get("CXX", "c++")
+    try:
+        libstdcxx = subprocess.run(
+            [cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise bc.BuildConfigError(
+            f"the C++ compiler {cxx!r} could not be run ({e}); set CXX to a C++ compiler"
+        ) from None
+    bc.check_shared_libstdcxx(cxx, libstdcxx, os.path.exists(libstdcxx))
+
     # torch >= 2.6 adds -DPy_LIMITED_API=<its oldest supported CPython> to py_limited_api extensions
     # (0x030A0000 in torch 2.11), after our flags, so that value is what the .so is really built
     # against; the wheel tag follows it, so the tag never claims an older CPython than the build used.

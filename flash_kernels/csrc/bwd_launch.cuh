@@ -90,14 +90,6 @@ struct BwdConfig<T, 256> {
   using Q = BwdQTraits<T, 256, 64, 32, 4>;
 };
 
-template <typename Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  // Above 48 KB a block must opt in to the larger dynamic shared-memory carve-out.
-  if (bytes > 48 * 1024) {
-    FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
-}
-
 // The three launches of the backward, each its own function so that the Hopper backward
 // (bwd_launch_sm90.cuh) can pair its own dK/dV kernel with these delta and dQ launches.
 template <typename T, int kHeadDim>
@@ -113,35 +105,26 @@ void launch_bwd_delta(const AttnParams& p, cudaStream_t stream) {
   }
   const int64_t rows = static_cast<int64_t>(pd.batch) * pd.heads_q * pd.seqlen_q;
   const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-  attn_bwd_delta_kernel<T, kHeadDim><<<blocks, kWarps * 32, 0, stream>>>(pd);
-  FK_CUDA_CHECK(cudaGetLastError());
+  launch_kernel<attn_bwd_delta_kernel<T, kHeadDim>>(blocks, kWarps * 32, 0, stream, pd);
 }
 
 template <typename T, int kHeadDim, bool kBanded>
 void launch_bwd_dkdv(const AttnParams& p, cudaStream_t stream) {
   using KV = typename BwdConfig<T, kHeadDim>::KV;
   const dim3 grid((p.seqlen_k + KV::kBlockN - 1) / KV::kBlockN, p.heads_kv, p.batch);
-  auto launch = [&](auto kernel) {
-    allow_smem(kernel, KV::kSmemBytes);
-    kernel<<<grid, KV::kNThreads, KV::kSmemBytes, stream>>>(p);
-    FK_CUDA_CHECK(cudaGetLastError());
-  };
   if constexpr (BwdConfig<T, kHeadDim>::kSplitDKDV) {
-    launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradDV>);
-    launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradDK>);
+    launch_kernel<attn_bwd_dkdv_kernel<KV, kBanded, kGradDV>>(grid, KV::kNThreads, KV::kSmemBytes, stream, p);
+    launch_kernel<attn_bwd_dkdv_kernel<KV, kBanded, kGradDK>>(grid, KV::kNThreads, KV::kSmemBytes, stream, p);
   } else {
-    launch(attn_bwd_dkdv_kernel<KV, kBanded, kGradBoth>);
+    launch_kernel<attn_bwd_dkdv_kernel<KV, kBanded, kGradBoth>>(grid, KV::kNThreads, KV::kSmemBytes, stream, p);
   }
 }
 
 template <typename T, int kHeadDim, bool kBanded>
 void launch_bwd_dq(const AttnParams& p, cudaStream_t stream) {
   using Q = typename BwdConfig<T, kHeadDim>::Q;
-  auto kernel = attn_bwd_dq_kernel<Q, kBanded>;
-  allow_smem(kernel, Q::kSmemBytes);
   const dim3 grid((p.seqlen_q + Q::kBlockM - 1) / Q::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Q::kNThreads, Q::kSmemBytes, stream>>>(p);
-  FK_CUDA_CHECK(cudaGetLastError());
+  launch_kernel<attn_bwd_dq_kernel<Q, kBanded>>(grid, Q::kNThreads, Q::kSmemBytes, stream, p);
 }
 
 template <typename T, int kHeadDim, bool kBanded>

@@ -24,7 +24,8 @@ void run_bwd_sm90(const AttnParams& p, cudaStream_t stream) {
   const int rows_k = varlen ? p.total_k : p.seqlen_k;
   // Each kernel reads q / dO and k / v with its own box height (its query and key blocks).
   auto maps_for = [&](int q_box, int kv_box) {
-    Sm90BwdTensorMaps maps;
+    Sm90BwdTensorMaps maps{};
+    if (t_prepare_only) return maps;  // nothing is launched: no tensors to describe
     maps.q = make_tensor_map<T>(p.q, p.head_dim, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride,
                                 p.q_batch_stride, q_box);
     maps.dout = make_tensor_map<T>(p.dout, p.head_dim, rows_q, p.heads_q, batch, p.do_row_stride, p.do_head_stride,
@@ -36,24 +37,19 @@ void run_bwd_sm90(const AttnParams& p, cudaStream_t stream) {
     return maps;
   };
   {
-    auto kernel = attn_bwd_dkdv_sm90_kernel<KV, kBanded>;
-    FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KV::kSmemBytes));
     const dim3 grid((p.seqlen_k + KV::kBlockN - 1) / KV::kBlockN, p.heads_kv, p.batch);
-    kernel<<<grid, KV::kNThreads, KV::kSmemBytes, stream>>>(p, maps_for(KV::kBlockM, KV::kBlockN));
-    FK_CUDA_CHECK(cudaGetLastError());
+    launch_kernel<attn_bwd_dkdv_sm90_kernel<KV, kBanded>>(grid, KV::kNThreads, KV::kSmemBytes, stream, p,
+                                                          maps_for(KV::kBlockM, KV::kBlockN));
   }
   if constexpr (KV::kAccumDq) {
     // The workspace (zeroed by the host) now holds dQ / softmax_scale in float32.
     const dim3 grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
-    dq_convert_kernel<T, kHeadDim><<<grid, 256, 0, stream>>>(p);
-    FK_CUDA_CHECK(cudaGetLastError());
+    launch_kernel<dq_convert_kernel<T, kHeadDim>>(grid, 256, 0, stream, p);
   } else {
     using Q = BwdQSm90Traits<T, kHeadDim>;
-    auto kernel = attn_bwd_dq_sm90_kernel<Q, kBanded>;
-    FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Q::kSmemBytes));
     const dim3 grid((p.seqlen_q + Q::kBlockM - 1) / Q::kBlockM, p.heads_q, p.batch);
-    kernel<<<grid, Q::kNThreads, Q::kSmemBytes, stream>>>(p, maps_for(Q::kBlockM, Q::kBlockN));
-    FK_CUDA_CHECK(cudaGetLastError());
+    launch_kernel<attn_bwd_dq_sm90_kernel<Q, kBanded>>(grid, Q::kNThreads, Q::kSmemBytes, stream, p,
+                                                       maps_for(Q::kBlockM, Q::kBlockN));
   }
 }
 

@@ -19,7 +19,7 @@ namespace flash_kernels {
 
 // kVarlen is a template flag here (not a run-time test as in the backward): the per-sequence lengths and
 // row offsets cost this kernel, which sits at the 255-register cap, two or three more live registers and
-// measured 3-4% (H200, bf16, head dim 128, A/B in one session). The backward showed no such loss.
+// measured 3-4% (H200, bf16, head dim 128, A/B on one machine). The backward showed no such loss.
 // kPaged (varlen only): k and v are paged caches (AttnParams::block_table); sequence b's keys are positions
 // [0, cu_seqlens_k[b + 1] - cu_seqlens_k[b]) of its block table, clamped to the table's capacity.
 template <typename Traits, bool kBanded, bool kVarlen, bool kPaged = false>

@@ -73,18 +73,20 @@ struct FwdConfig<T, 256> {
 template <typename T, int kHeadDim, bool kBanded>
 void run_fwd(const AttnParams& p, cudaStream_t stream) {
   using Traits = typename FwdConfig<T, kHeadDim>::Traits;
-  // Dense, varlen and paged varlen calls share one instantiation file (one nvcc front-end pass for all).
-  auto kernel = p.cu_seqlens_q == nullptr ? attn_fwd_kernel<Traits, kBanded, false>
-                : p.block_table == nullptr ? attn_fwd_kernel<Traits, kBanded, true>
-                                           : attn_fwd_kernel<Traits, kBanded, true, true>;
-  constexpr int smem = Traits::kSmemBytes;
-  // Above 48 KB a block must opt in to the larger dynamic shared-memory carve-out.
-  if (smem > 48 * 1024) {
-    FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  }
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Traits::kNThreads, smem, stream>>>(p);
-  FK_CUDA_CHECK(cudaGetLastError());
+  constexpr int threads = Traits::kNThreads, smem = Traits::kSmemBytes;
+  // Dense, varlen and paged varlen calls share one instantiation file (one nvcc front-end pass for all).
+  if (t_prepare_only) {
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p);
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p);
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, true, true>>(grid, threads, smem, stream, p);
+  } else if (p.cu_seqlens_q == nullptr) {
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p);
+  } else if (p.block_table == nullptr) {
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p);
+  } else {
+    launch_kernel<attn_fwd_kernel<Traits, kBanded, true, true>>(grid, threads, smem, stream, p);
+  }
 }
 
 }  // namespace flash_kernels

@@ -73,23 +73,29 @@ template <typename T, int kHeadDim, bool kBanded>
 void run_fwd_sm90(const AttnParams& p, cudaStream_t stream) {
   using Traits = FwdSm90Traits<T, kHeadDim>;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  auto kernel = varlen ? attn_fwd_sm90_kernel<Traits, kBanded, true> : attn_fwd_sm90_kernel<Traits, kBanded, false>;
   // Varlen tensors are one packed sequence of total rows; each block finds its own through cu_seqlens.
   const int batch = varlen ? 1 : p.batch;
   const int rows_q = varlen ? p.total_q : p.seqlen_q;
   const int rows_k = varlen ? p.total_k : p.seqlen_k;
-  Sm90TensorMaps maps;
+  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
+  constexpr int threads = Traits::kNThreads, smem = Traits::kSmemBytes;
+  Sm90TensorMaps maps{};
+  if (t_prepare_only) {  // both variants, no tensors to describe
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p, maps);
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p, maps);
+    return;
+  }
   maps.q = make_tensor_map<T>(p.q, p.head_dim, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride,
                               p.q_batch_stride, Traits::kBlockM);
   maps.k = make_tensor_map<T>(p.k, p.head_dim, rows_k, p.heads_kv, batch, p.k_row_stride, p.k_head_stride,
                               p.k_batch_stride, Traits::kBlockN);
   maps.v = make_tensor_map<T>(p.v, p.head_dim, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride,
                               p.v_batch_stride, Traits::kBlockN);
-  constexpr int smem = Traits::kSmemBytes;
-  FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, Traits::kNThreads, smem, stream>>>(p, maps);
-  FK_CUDA_CHECK(cudaGetLastError());
+  if (varlen) {
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, true>>(grid, threads, smem, stream, p, maps);
+  } else {
+    launch_kernel<attn_fwd_sm90_kernel<Traits, kBanded, false>>(grid, threads, smem, stream, p, maps);
+  }
 }
 
 }  // namespace flash_kernels

@@ -55,23 +55,20 @@ inline double device_read_bytes_per_us(int device, int num_sms) {
   return read_bytes_per_us(khz, bits, num_sms);
 }
 
-// Per-device state of one kernel: cudaFuncSetAttribute applies per device, and the occupancy query is a
-// driver call; both are made once per device so the per-call path is an array read.
+// Per-device state of one kernel: the occupancy query is a driver call, made once per device (after
+// prepare_kernel) so the per-call path is an array read. A failed query is not remembered.
 struct KernelDeviceState {
   static constexpr int kMaxDevices = 64;
   std::atomic<int> blocks_per_sm[kMaxDevices] = {};  // 0: not prepared yet
 
-  template <typename Kernel>
-  int prepare(Kernel kernel, int threads, int smem) {
-    int device = 0;
-    FK_CUDA_CHECK(cudaGetDevice(&device));
+  template <auto Kernel>
+  int prepare(int threads, int smem) {
+    const int device = current_device();
     if (device >= kMaxDevices) throw std::runtime_error("flash_kernels: more than 64 CUDA devices");
     int n = blocks_per_sm[device].load(std::memory_order_relaxed);
     if (n == 0) {
-      if (smem > 48 * 1024) {
-        FK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      }
-      FK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+      prepare_kernel<Kernel>(smem);
+      FK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, smem));
       if (n < 1) throw std::runtime_error("flash_kernels: the KV-cache kernel does not fit on this GPU");
       blocks_per_sm[device].store(n, std::memory_order_relaxed);
     }
@@ -99,12 +96,11 @@ int plan_kvcache(const AttnParams& p, int num_sms, int requested) {
   using Config = KvcacheConfig<T, kHeadDim>;
   using Traits = std::conditional_t<kTall, typename Config::Tall, typename Config::Decode>;
   const int per_sm =
-      kvcache_state<Traits>().prepare(attn_kvcache_kernel<Traits>, Traits::kNThreads, Traits::kSmemBytes);
+      kvcache_state<Traits>().template prepare<attn_kvcache_kernel<Traits>>(Traits::kNThreads, Traits::kSmemBytes);
   const int64_t units = static_cast<int64_t>(p.batch) * p.heads_kv * kvcache_m_blocks<Traits>(p);
   const int key_blocks = (p.cache_capacity + Traits::kBlockN - 1) / Traits::kBlockN;
   const int tile_bytes = 2 * Traits::kBlockN * kHeadDim * static_cast<int>(sizeof(T));
-  int device = 0;
-  FK_CUDA_CHECK(cudaGetDevice(&device));
+  const int device = current_device();
   // Planned once per shape: a decode loop repeats one shape, so the last answer is kept per thread.
   struct Plan {
     int64_t units;
@@ -124,21 +120,17 @@ template <typename T, int kHeadDim, bool kTall>
 void run_kvcache(const AttnParams& p, cudaStream_t stream) {
   using Config = KvcacheConfig<T, kHeadDim>;
   using Traits = std::conditional_t<kTall, typename Config::Tall, typename Config::Decode>;
-  auto kernel = attn_kvcache_kernel<Traits>;
-  kvcache_state<Traits>().prepare(kernel, Traits::kNThreads, Traits::kSmemBytes);
   const int64_t x = static_cast<int64_t>(kvcache_m_blocks<Traits>(p)) * p.num_splits;
   if (x > INT32_MAX) throw std::runtime_error("flash_kernels: KV-cache grid too large (seqlen_q x splits)");
   const dim3 grid(static_cast<unsigned>(x), p.heads_kv, p.batch);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
-  FK_CUDA_CHECK(cudaGetLastError());
-  if (p.num_splits > 1) run_kvcache_combine<T>(p, stream);
+  launch_kernel<attn_kvcache_kernel<Traits>>(grid, Traits::kNThreads, Traits::kSmemBytes, stream, p);
+  if (p.num_splits > 1 || t_prepare_only) run_kvcache_combine<T>(p, stream);
 }
 
 // Compute capability major of the current device, queried once per device.
 inline int current_device_major() {
   static std::atomic<int> majors[KernelDeviceState::kMaxDevices] = {};
-  int device = 0;
-  FK_CUDA_CHECK(cudaGetDevice(&device));
+  const int device = current_device();
   if (device >= KernelDeviceState::kMaxDevices) throw std::runtime_error("flash_kernels: more than 64 CUDA devices");
   int major = majors[device].load(std::memory_order_relaxed);
   if (major == 0) {
@@ -165,6 +157,8 @@ void run_kvcache_combine(const AttnParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = current_device_major() >= 9 ? 1 : 0;
+  prepare_kernel<kvcache_combine_kernel<T>>(0);
+  if (t_prepare_only) return;
   FK_CUDA_CHECK(cudaLaunchKernelEx(&config, kvcache_combine_kernel<T>, p));
 }
 // One definition of each, in instantiations/kvcache_combine.cu (the head-dim files only call it).

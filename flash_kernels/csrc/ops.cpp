@@ -69,6 +69,20 @@ void check_tensor(const Tensor& t, const char* name, const Tensor& q) {
   }
 }
 
+// Zeros a contiguous tensor on the stream the kernels run on: a memset rather than a torch kernel, whose code
+// the driver may have to load on first use (device memory again), and whose failure the stable ABI would
+// report without its type.
+void zero_fill(const Tensor& t, cudaStream_t stream) {
+  const int64_t bytes = t.numel() * tapi::element_bytes(t.scalar_type());
+  if (bytes > 0) FK_CUDA_CHECK(cudaMemsetAsync(out_ptr(t), 0, static_cast<size_t>(bytes), stream));
+}
+
+Tensor zeros(const std::vector<int64_t>& dims, tapi::ScalarType dtype, const Tensor& like, cudaStream_t stream) {
+  Tensor t = tapi::empty(dims, dtype, like);
+  zero_fill(t, stream);
+  return t;
+}
+
 void check_shape(const Tensor& t, const char* name, const std::vector<int64_t>& want) {
   FK_CHECK(shape(t) == want, "flash_kernels_cuda: ", name, " must have shape ", dims_text(want), ", got ",
            dims_text(shape(t)));
@@ -371,12 +385,14 @@ std::tuple<Tensor, Tensor> kvcache_fwd(const Tensor& q, const Tensor& k_cache,
            "the KV-cache kernel (", kKvcacheHeadDims[std::size(kKvcacheHeadDims) - 1], ")");
 
   const tapi::DeviceGuard guard(device_index(q));
+  const cudaStream_t stream = tapi::current_stream(device_index(q));
   Tensor out = tapi::empty(shape(q), q.scalar_type(), q);
   Tensor lse = tapi::empty({b, hq, sq}, kFloat, q);
   if (out.numel() == 0) return {out, lse};
   if (p.cache_capacity == 0 || k_cache.numel() == 0) {  // no key anywhere: every row sees none
     tapi::fill_(lse, INFINITY);
-    return {tapi::zero_(out), lse};
+    zero_fill(out, stream);
+    return {out, lse};
   }
   p.batch = static_cast<int>(b);
   p.seqlen_q = static_cast<int>(sq);
@@ -420,7 +436,7 @@ std::tuple<Tensor, Tensor> kvcache_fwd(const Tensor& q, const Tensor& k_cache,
     p.partial_o = out_ptr<float>(partials);
     p.partial_lse = p.partial_o + rows * d;
   }
-  entry->run(p, tapi::current_stream(device_index(q)));
+  entry->run(p, stream);
   return {out, lse};
 }
 
@@ -442,6 +458,7 @@ std::tuple<Tensor, Tensor> fwd_impl(const Tensor& q, const Tensor& k, const Tens
     check_qkv(q, k, v, softmax_scale, softcap);
   }
   const tapi::DeviceGuard guard(device_index(q));
+  const cudaStream_t stream = tapi::current_stream(device_index(q));
   Tensor out = tapi::empty(shape(q), q.scalar_type(), q);
   Tensor lse = varlen ? tapi::empty({q.size(2), q.size(1)}, kFloat, q)
                       : tapi::empty({q.size(0), q.size(2), q.size(1)}, kFloat, q);
@@ -463,7 +480,8 @@ std::tuple<Tensor, Tensor> fwd_impl(const Tensor& q, const Tensor& k, const Tens
   // tensor maps cannot describe an empty tensor).
   if (out.numel() == 0 || p.seqlen_q == 0 || k.size(1) == 0 || (block_table && p.cache_capacity == 0)) {
     tapi::fill_(lse, INFINITY);
-    return {tapi::zero_(out), lse};
+    zero_fill(out, stream);
+    return {out, lse};
   }
   p.out = out_ptr(out);
   p.lse = out_ptr<float>(lse);
@@ -471,7 +489,7 @@ std::tuple<Tensor, Tensor> fwd_impl(const Tensor& q, const Tensor& k, const Tens
   if (varlen) clear_batch_strides(p);
   // The Hopper forward reads K/V through tensor maps of one contiguous tensor: paged KV runs the general kernel.
   const LaunchFn launch = block_table ? kernel.fwd : pick_launcher(q, kernel, false).fn;
-  launch(p, tapi::current_stream(device_index(q)));
+  launch(p, stream);
   return {out, lse};
 }
 
@@ -493,6 +511,7 @@ std::tuple<Tensor, Tensor, Tensor> bwd_impl(const Tensor& dout, const Tensor& q,
     check_shape(lse, "lse", {q.size(0), q.size(2), q.size(1)});
   }
   const tapi::DeviceGuard guard(device_index(q));
+  const cudaStream_t stream = tapi::current_stream(device_index(q));
   bool banded = false;
   AttnParams p = make_params(q, k, v, softmax_scale, causal, window_left, window_right, banded);
   if (varlen) {
@@ -503,8 +522,8 @@ std::tuple<Tensor, Tensor, Tensor> bwd_impl(const Tensor& dout, const Tensor& q,
   const KernelEntry& kernel = find_kernel(q, banded);
   // Degenerate sizes: no query or no key means every gradient is zero (and empty grids cannot launch).
   if (q.numel() == 0 || k.numel() == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
-    return {tapi::zeros(shape(q), q.scalar_type(), q), tapi::zeros(shape(k), k.scalar_type(), k),
-            tapi::zeros(shape(v), v.scalar_type(), v)};
+    return {zeros(shape(q), q.scalar_type(), q, stream), zeros(shape(k), k.scalar_type(), k, stream),
+            zeros(shape(v), v.scalar_type(), v, stream)};
   }
   Tensor dq = tapi::empty(shape(q), q.scalar_type(), q);
   Tensor dk = tapi::empty(shape(k), k.scalar_type(), k);
@@ -530,11 +549,11 @@ std::tuple<Tensor, Tensor, Tensor> bwd_impl(const Tensor& dout, const Tensor& q,
     p.dq_accum_rows = (varlen ? int64_t{p.total_q} : int64_t{p.batch} * p.seqlen_q) + int64_t{kDqTileRows} * p.batch;
     p.dq_semaphores_per_head = p.dq_accum_rows / kDqTileRows + 1;
     const int64_t accum_floats = p.heads_q * p.dq_accum_rows * launch.sm90_head_dim;
-    workspace = tapi::zeros({accum_floats + p.heads_q * p.dq_semaphores_per_head}, kFloat, q);
+    workspace = zeros({accum_floats + p.heads_q * p.dq_semaphores_per_head}, kFloat, q, stream);
     p.dq_accum = out_ptr<float>(*workspace);
     p.dq_semaphore = reinterpret_cast<int*>(p.dq_accum + accum_floats);
   }
-  launch.fn(p, tapi::current_stream(device_index(q)));
+  launch.fn(p, stream);
   return {dq, dk, dv};
 }
 
@@ -593,6 +612,52 @@ std::tuple<Tensor, Tensor, Tensor> varlen_bwd(
   return {tapi::squeeze(dq, 0), tapi::squeeze(dk, 0), tapi::squeeze(dv, 0)};
 }
 
+// Loads every kernel of the module on `device` (and opts it in to its shared memory) without launching one:
+// under lazy module loading the driver otherwise loads a kernel's code on its first launch, which needs device
+// memory then, when the GPU may be full. Walks each launcher in prepare-only mode (launch_check.h). Returns
+// how many launchers it walked.
+int64_t prepare_kernels(int64_t device) {
+  int count = 0;
+  FK_CUDA_CHECK(cudaGetDeviceCount(&count));
+  FK_CHECK(device >= 0 && device < count, "flash_kernels_cuda: prepare_kernels: device ", device, " is not one of the ",
+           count, " CUDA devices this process sees");
+  const tapi::DeviceGuard guard(static_cast<int>(device));
+  int major = 0, minor = 0;
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, static_cast<int>(device)));
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, static_cast<int>(device)));
+  int sms = 0;
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, static_cast<int>(device)));
+  const PrepareOnlyScope prepare_only;
+  AttnParams p{};  // no launch reads it; sizes of one so every host computation stays in range
+  p.batch = p.seqlen_q = p.seqlen_k = p.heads_q = p.heads_kv = p.head_group = p.head_dim = 1;
+  p.cache_capacity = p.cache_batch = 64;
+  p.num_splits = 1;
+  int64_t walked = 0;
+  for (const KernelEntry& e : kKernels) {
+    e.fwd(p, nullptr);
+    e.bwd(p, nullptr);
+    walked += 2;
+  }
+#ifdef FLASH_KERNELS_SM90A
+  if (major * 10 + minor == 90) {  // sm_90a code loads on exactly cc 9.0
+    for (const KernelEntry& e : kSm90Kernels) {
+      for (const LaunchFn fn : {e.fwd, e.bwd}) {
+        if (fn != nullptr) {
+          fn(p, nullptr);
+          ++walked;
+        }
+      }
+    }
+  }
+#endif
+  for (const KvcacheEntry& e : kKvcacheKernels) {
+    e.plan(p, sms, 1);
+    e.run(p, nullptr);
+    walked += 2;
+  }
+  return walked;
+}
+
 // The tensor ops' schemas, the same in both builds (tools/tests/test_cuda_ops_registration.py pins them).
 constexpr const char* kTensorOpSchemas[] = {
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, int window_right, "
@@ -623,6 +688,7 @@ STABLE_TORCH_LIBRARY(flash_kernels_cuda, m) {
   m.def("compiled_head_dims() -> int[]");
   m.def("sm90_compiled() -> bool");  // whether the module carries the Hopper (sm_90a: wgmma, TMA) kernels
   m.def("kvcache_head_dims() -> int[]");
+  m.def("prepare_kernels(int device) -> int");  // load every kernel on the device now (see prepare_kernels)
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {
@@ -637,6 +703,7 @@ STABLE_TORCH_LIBRARY_IMPL(flash_kernels_cuda, CompositeExplicitAutograd, m) {
   m.impl("compiled_head_dims", TORCH_BOX(&flash_kernels::compiled_head_dims));
   m.impl("sm90_compiled", TORCH_BOX(&flash_kernels::sm90_compiled));
   m.impl("kvcache_head_dims", TORCH_BOX(&flash_kernels::kvcache_head_dims));
+  m.impl("prepare_kernels", TORCH_BOX(&flash_kernels::prepare_kernels));
 }
 
 #else  // version-bound build
@@ -648,6 +715,7 @@ TORCH_LIBRARY(flash_kernels_cuda, m) {
   // Whether the module carries the Hopper (sm_90a: wgmma, TMA) kernels.
   m.def("sm90_compiled() -> bool", &flash_kernels::sm90_compiled);
   m.def("kvcache_head_dims() -> int[]", &flash_kernels::kvcache_head_dims);
+  m.def("prepare_kernels(int device) -> int", &flash_kernels::prepare_kernels);
 }
 
 TORCH_LIBRARY_IMPL(flash_kernels_cuda, CUDA, m) {

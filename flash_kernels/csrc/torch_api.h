@@ -21,6 +21,8 @@
 #include <tuple>
 #include <vector>
 
+#include "launch_check.h"
+
 #ifdef FLASH_KERNELS_STABLE_ABI
 #ifndef TORCH_TARGET_VERSION
 #error "FLASH_KERNELS_STABLE_ABI needs -DTORCH_TARGET_VERSION=<oldest torch ABI>, e.g. 0x020a000000000000 (2.10)"
@@ -67,6 +69,12 @@ inline std::string dims_text(const std::vector<int64_t>& dims) {
   for (size_t i = 0; i < dims.size(); ++i) s << (i ? ", " : "") << dims[i];
   s << ']';
   return s.str();
+}
+
+inline int64_t numel_of(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
 }
 
 #ifdef FLASH_KERNELS_STABLE_ABI
@@ -122,6 +130,30 @@ inline int32_t shim_dtype(ScalarType t) {
   return 0;  // unreachable: FK_CHECK threw
 }
 
+inline int64_t element_bytes(ScalarType t) { return t == ScalarType::Half || t == ScalarType::BFloat16 ? 2 : 4; }
+
+// aoti_torch_empty_strided failed. The shim turned torch's exception into an error code (after logging its
+// message: "Exception in aoti_torch: CUDA out of memory. Tried to allocate ..."), so its type is lost. A CUDA
+// allocation of a valid size on a healthy context fails only for lack of memory (the device's, or the limit
+// torch's allocator was given): that is reported as DeviceOutOfMemory, which Python raises as
+// torch.OutOfMemoryError; a context that CUDA reports broken gives a plain error naming the call.
+// Runs under the caller's DeviceGuard (the allocation's device is the current one).
+[[noreturn]] inline __attribute__((noinline, cold)) void allocation_failed(const std::vector<int64_t>& dims,
+                                                                          ScalarType dtype, int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t health = cudaMemGetInfo(&free_bytes, &total_bytes);
+  const std::string what = cat("allocating a ", dims_text(dims), " ", dtype, " tensor (",
+                               numel_of(dims) * element_bytes(dtype), " bytes) on cuda:", device,
+                               " through torch's caching allocator (aoti_torch_empty_strided) failed");
+  if (health != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error(cat("flash_kernels: ", what, "; CUDA reports ", cudaGetErrorName(health), " (",
+                                 cudaGetErrorString(health), ")"));
+  }
+  throw DeviceOutOfMemory(cat(what, "; the device has ", free_bytes >> 20, " MiB free of ", total_bytes >> 20,
+                              " MiB (torch's own message is in the log, after 'Exception in aoti_torch')"));
+}
+
 // A new contiguous tensor of `dims` and `dtype` on `like`'s device, straight from the C shim
 // (aoti_torch_empty_strided). torch::stable::empty goes through the boxed dispatcher, a schema lookup per
 // tensor, which made decode (bound by host work per call, three outputs) 17-27% slower than the
@@ -137,16 +169,14 @@ inline Tensor empty(const std::vector<int64_t>& dims, ScalarType dtype, const Te
   TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
   TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
   AtenTensorHandle handle = nullptr;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(dims.size()), dims.data(), strides.data(),
-                                                  shim_dtype(dtype), device_type, device_index, &handle));
+  if (aoti_torch_empty_strided(static_cast<int64_t>(dims.size()), dims.data(), strides.data(), shim_dtype(dtype),
+                               device_type, device_index, &handle) != AOTI_TORCH_SUCCESS ||
+      handle == nullptr) {
+    allocation_failed(dims, dtype, device_index);
+  }
   return Tensor(handle);
 }
-inline Tensor zeros(const std::vector<int64_t>& dims, ScalarType dtype, const Tensor& like) {
-  Tensor t = empty(dims, dtype, like);
-  return torch::stable::zero_(t);
-}
 inline Tensor fill_(Tensor& t, double value) { return torch::stable::fill_(t, value); }
-inline Tensor zero_(Tensor& t) { return torch::stable::zero_(t); }
 inline Tensor unsqueeze(const Tensor& t, int64_t dim) { return torch::stable::unsqueeze(t, dim); }
 inline Tensor squeeze(const Tensor& t, int64_t dim) { return torch::stable::squeeze(t, dim); }
 
@@ -184,14 +214,13 @@ const T* in_ptr(const Tensor& t) { return t.const_data_ptr<T>(); }
 template <typename T>
 T* out_ptr(const Tensor& t) { return t.mutable_data_ptr<T>(); }
 
+inline int64_t element_bytes(ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? 2 : 4; }
+
+// at::empty raises c10::OutOfMemoryError itself, which Python receives as torch.OutOfMemoryError.
 inline Tensor empty(const std::vector<int64_t>& dims, ScalarType dtype, const Tensor& like) {
   return at::empty(dims, like.options().dtype(dtype));
 }
-inline Tensor zeros(const std::vector<int64_t>& dims, ScalarType dtype, const Tensor& like) {
-  return at::zeros(dims, like.options().dtype(dtype));
-}
 inline Tensor fill_(Tensor& t, double value) { return t.fill_(value); }
-inline Tensor zero_(Tensor& t) { return t.zero_(); }
 inline Tensor unsqueeze(const Tensor& t, int64_t dim) { return t.unsqueeze(dim); }
 inline Tensor squeeze(const Tensor& t, int64_t dim) { return t.squeeze(dim); }
 

@@ -21,6 +21,7 @@ if _find_spec("torch") is not None:
         flash_attn_varlen_qkvpacked_func,
         flash_attn_with_kvcache,
     )
+    from .out_of_memory import prepare_kernels
 else:
     # Without torch only the ahead-of-time compiler (python -m flash_kernels.aot, which needs
     # triton alone) can work; the API says why it is missing instead of a bare NameError.
@@ -41,4 +42,5 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
+    "prepare_kernels",
 ]

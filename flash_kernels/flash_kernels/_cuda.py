@@ -77,6 +77,14 @@ def kvcache_head_dims() -> tuple[int, ...]:
     return tuple(torch.ops.flash_kernels_cuda.kvcache_head_dims())
 
 
+def prepare_kernels(device_index: int) -> int:
+    """Load every kernel of the extension on the device now (see out_of_memory.prepare_kernels); returns how
+    many launchers were walked, 0 for an extension built before the op existed."""
+    if not hasattr(torch.ops.flash_kernels_cuda, "prepare_kernels"):
+        return 0
+    return int(torch.ops.flash_kernels_cuda.prepare_kernels(int(device_index)))
+
+
 def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 

@@ -16,8 +16,8 @@ raised as a clear exception before any kernel runs; the full list is in flash_ke
   Page ids are not checked on the host unless k/v are appended (that would cost a device sync
   per call); an out-of-range id makes that sequence's output NaN and is never dereferenced.
   A paged flash_attn_with_kvcache call checks that cache_seqlens (plus the appended keys) fit the
-  pages block_table addresses (one sync, as flash_attn #2711; skipped during CUDA-graph capture
-  and torch.compile) and raises CacheCapacityError (a RuntimeError) past them.
+  pages block_table addresses (checked on the host after one copy, as flash_attn #2711; skipped
+  during CUDA-graph capture and torch.compile) and raises CacheCapacityError (a RuntimeError) past them.
 - The host checks run once per call signature (flash_kernels.call_memo): a repeated call with
   tensors of the same layout goes straight to the kernels.
 """
@@ -31,6 +31,7 @@ import torch
 
 from . import call_memo, dispatch, ops
 from .errors import CacheCapacityError, UnsupportedInputError
+from .out_of_memory import raise_if_out_of_memory
 
 
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -96,30 +97,34 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     nheads must be a multiple of nheads_k (MQA/GQA). Returns out (like q), or with
     return_attn_probs (out, softmax_lse (batch, nheads, seqlen_q) float32, None).
     """
-    traced = _compiling()
-    key = None if traced else call_memo.signature(
-        "func", (q, k, v, alibi_slopes), (dropout_p, softmax_scale, causal, window_size, softcap))
-    scale, left, right, backend = call_memo.plan_for(key, lambda: _plan(
-        q, k, v, varlen=False, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, batch=None,
-        traced=traced))
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    seed = _dropout_seed(dropout_p, q.device)
-    args = (q, k, v, scale, left, right, float(softcap), alibi_slopes, float(dropout_p), seed,
-            bool(deterministic), backend)
-    if traced:
-        out, lse = ops.attn_fwd(*args)
-    elif _needs_grad(q, k, v):
-        out, lse = ops.DenseAttention.apply(*args)
-    else:
-        out, lse = ops.dense_fwd(*args)
-    if not return_attn_probs:
-        return out
-    s_dmask = None
-    if seed is not None:
-        s_dmask = (ops.attn_probs if traced else ops.probs)(q.detach(), k.detach(), lse.detach(), None, None, 0, 0, scale,
-                                 left, right, float(softcap), alibi_slopes, float(dropout_p), seed)
-    return out, lse, s_dmask
+    try:
+        traced = _compiling()
+        key = None if traced else call_memo.signature(
+            "func", (q, k, v, alibi_slopes), (dropout_p, softmax_scale, causal, window_size, softcap))
+        scale, left, right, backend = call_memo.plan_for(key, lambda: _plan(
+            q, k, v, varlen=False, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+            window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, batch=None,
+            traced=traced))
+        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        seed = _dropout_seed(dropout_p, q.device)
+        args = (q, k, v, scale, left, right, float(softcap), alibi_slopes, float(dropout_p), seed,
+                bool(deterministic), backend)
+        if traced:
+            out, lse = ops.attn_fwd(*args)
+        elif _needs_grad(q, k, v):
+            out, lse = ops.DenseAttention.apply(*args)
+        else:
+            out, lse = ops.dense_fwd(*args)
+        if not return_attn_probs:
+            return out
+        s_dmask = None
+        if seed is not None:
+            s_dmask = (ops.attn_probs if traced else ops.probs)(q.detach(), k.detach(), lse.detach(), None, None, 0, 0, scale,
+                                     left, right, float(softcap), alibi_slopes, float(dropout_p), seed)
+        return out, lse, s_dmask
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_attn_func")
+        raise
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -158,43 +163,47 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     forward on inputs that require grad, as flash_attn does; only a backward through it raises
     NotImplementedError (flash_attn has no paged backward).
     """
-    if block_table is not None:
-        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                             dropout_p, softmax_scale, causal, window_size, softcap,
-                             alibi_slopes, return_attn_probs, block_table)
-    traced = _compiling()
-    key = None if traced else call_memo.signature(
-        "varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes),
-        (dropout_p, softmax_scale, causal, window_size, softcap))
+    try:
+        if block_table is not None:
+            return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 dropout_p, softmax_scale, causal, window_size, softcap,
+                                 alibi_slopes, return_attn_probs, block_table)
+        traced = _compiling()
+        key = None if traced else call_memo.signature(
+            "varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes),
+            (dropout_p, softmax_scale, causal, window_size, softcap))
 
-    def plan():
-        dispatch.check_qkv(q, k, v, varlen=True)
-        dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
-        return _plan(q, k, v, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale,
-                     causal=causal, window_size=window_size, softcap=softcap,
-                     alibi_slopes=alibi_slopes, batch=cu_seqlens_q.numel() - 1, traced=traced,
-                     qkv_checked=True)
+        def plan():
+            dispatch.check_qkv(q, k, v, varlen=True)
+            dispatch.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, q.device)
+            return _plan(q, k, v, varlen=True, dropout_p=dropout_p, softmax_scale=softmax_scale,
+                         causal=causal, window_size=window_size, softcap=softcap,
+                         alibi_slopes=alibi_slopes, batch=cu_seqlens_q.numel() - 1, traced=traced,
+                         qkv_checked=True)
 
-    scale, left, right, backend = call_memo.plan_for(key, plan)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    seed = _dropout_seed(dropout_p, q.device)
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
-            left, right, float(softcap), alibi_slopes, float(dropout_p), seed,
-            bool(deterministic), backend)
-    if traced:
-        out, lse = ops.attn_varlen_fwd(*args)
-    elif _needs_grad(q, k, v):
-        out, lse = ops.VarlenAttention.apply(*args)
-    else:
-        out, lse = ops.varlen_fwd(*args)
-    if not return_attn_probs:
-        return out
-    s_dmask = None
-    if seed is not None:
-        s_dmask = (ops.attn_probs if traced else ops.probs)(q.detach(), k.detach(), lse.detach(), cu_seqlens_q, cu_seqlens_k,
-                                 int(max_seqlen_q), int(max_seqlen_k), scale, left, right,
-                                 float(softcap), alibi_slopes, float(dropout_p), seed)
-    return out, lse, s_dmask
+        scale, left, right, backend = call_memo.plan_for(key, plan)
+        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        seed = _dropout_seed(dropout_p, q.device)
+        args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
+                left, right, float(softcap), alibi_slopes, float(dropout_p), seed,
+                bool(deterministic), backend)
+        if traced:
+            out, lse = ops.attn_varlen_fwd(*args)
+        elif _needs_grad(q, k, v):
+            out, lse = ops.VarlenAttention.apply(*args)
+        else:
+            out, lse = ops.varlen_fwd(*args)
+        if not return_attn_probs:
+            return out
+        s_dmask = None
+        if seed is not None:
+            s_dmask = (ops.attn_probs if traced else ops.probs)(q.detach(), k.detach(), lse.detach(), cu_seqlens_q, cu_seqlens_k,
+                                     int(max_seqlen_q), int(max_seqlen_k), scale, left, right,
+                                     float(softcap), alibi_slopes, float(dropout_p), seed)
+        return out, lse, s_dmask
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_attn_varlen_func")
+        raise
 
 
 def _paged_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -302,31 +311,35 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Without k/v, a dense cache_seqlens past the cache end reads as the cache length. Returns out, or (out, softmax_lse) with
     return_softmax_lse. No backward (as flash_attn).
     """
-    traced = _compiling()
-    key = None if traced else call_memo.signature(
-        "kvcache", (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
-                    block_table, rotary_cos, rotary_sin, alibi_slopes),
-        (cache_seqlens if isinstance(cache_seqlens, int) else None, softmax_scale, causal,
-         window_size, softcap, rotary_interleaved, num_splits))
-    scale, left, right, backend, batch, capacity = call_memo.plan_for(key, lambda: _kvcache_plan(
-        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, alibi_slopes,
-        traced))
-    if cache_seqlens is None:
-        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
-    elif isinstance(cache_seqlens, int):
-        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
-    if (k is not None or block_table is not None) and not traced and not _capturing(q.device):
-        _check_cache_fits(cache_seqlens, 0 if k is None else k.shape[1], capacity, block_table,
-                          k_cache.shape[0])
-    args = (_last_dim_contiguous(q), k_cache, v_cache,
-            None if k is None else _last_dim_contiguous(k),
-            None if v is None else _last_dim_contiguous(v),
-            cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
-            bool(rotary_interleaved), scale, left, right, float(softcap), alibi_slopes,
-            int(num_splits), backend)
-    out, lse = (ops.attn_kvcache_fwd if traced else ops.kvcache_fwd)(*args)
-    return (out, lse) if return_softmax_lse else out
+    try:
+        traced = _compiling()
+        key = None if traced else call_memo.signature(
+            "kvcache", (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
+                        block_table, rotary_cos, rotary_sin, alibi_slopes),
+            (cache_seqlens if isinstance(cache_seqlens, int) else None, softmax_scale, causal,
+             window_size, softcap, rotary_interleaved, num_splits))
+        scale, left, right, backend, batch, capacity = call_memo.plan_for(key, lambda: _kvcache_plan(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            traced))
+        if cache_seqlens is None:
+            cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
+        elif isinstance(cache_seqlens, int):
+            cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+        if (k is not None or block_table is not None) and not traced and not _capturing(q.device):
+            _check_cache_fits(cache_seqlens, 0 if k is None else k.shape[1], capacity, block_table,
+                              k_cache.shape[0])
+        args = (_last_dim_contiguous(q), k_cache, v_cache,
+                None if k is None else _last_dim_contiguous(k),
+                None if v is None else _last_dim_contiguous(v),
+                cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
+                bool(rotary_interleaved), scale, left, right, float(softcap), alibi_slopes,
+                int(num_splits), backend)
+        out, lse = (ops.attn_kvcache_fwd if traced else ops.kvcache_fwd)(*args)
+        return (out, lse) if return_softmax_lse else out
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_attn_with_kvcache")
+        raise
 
 
 def _kvcache_plan(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
@@ -405,23 +418,22 @@ def _capturing(device) -> bool:
 
 def _check_cache_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table,
                       num_pages: int) -> None:
-    """One host sync, when appending or reading pages: the keys must lie inside the cache.
+    """When appending or reading pages: the keys must lie inside the cache.
 
     A paged call reads block_table up to cache_seqlens + seqlen_new keys, and block_table has
     only capacity / page_size columns: past that a kernel would index it out of bounds, so the
     call raises, as flash_attn does (its #2711). An append also needs its pages valid.
     Skipped under torch.compile and CUDA-graph capture, where a sync is impossible; the kernels
     then clamp each sequence to the capacity and the append drops a write it cannot place.
+
+    cache_seqlens (and, for a paged append, block_table) are copied to the host and checked there.
+    A copy launches no kernel: the check needs no device memory and loads no kernel code, so it
+    cannot fail on a full GPU. Reductions on the device did: the first use of each of torch's
+    kernels loads its module, and on a full H100 shared with other processes' contexts the driver
+    failed that load with cudaErrorUnknown, which left the context unusable.
     """
-    lengths = cache_seqlens.long()
-    checks = [lengths.min(), lengths.max() + seqlen_new]
-    if block_table is not None and seqlen_new:
-        page_size = capacity // block_table.shape[1]
-        pages_used = (lengths + seqlen_new + page_size - 1) // page_size
-        used = torch.arange(block_table.shape[1], device=lengths.device)[None, :] < pages_used[:, None]
-        bad = used & ((block_table < 0) | (block_table >= num_pages))
-        checks.append(bad.sum())
-    low, high, *bad_pages = (int(x) for x in torch.stack(checks).tolist())
+    lengths = cache_seqlens.cpu().long()
+    low, high = int(lengths.min()), int(lengths.max()) + seqlen_new
     if seqlen_new and low < 0:
         raise UnsupportedInputError(
             f"cache_seqlens must be >= 0 when appending k/v; got min {low}")
@@ -437,7 +449,13 @@ def _check_cache_fits(cache_seqlens, seqlen_new: int, capacity: int, block_table
         raise CacheCapacityError(
             f"max(cache_seqlens){new} = {high} exceeds the cache length (k_cache.shape[1] = "
             f"{capacity}); allocate a longer cache")
-    if bad_pages and bad_pages[0]:
-        raise UnsupportedInputError(
-            f"block_table holds {bad_pages[0]} page id(s) outside [0, {num_pages}) among the pages "
-            "the sequences use")
+    if block_table is not None and seqlen_new:
+        table = block_table.cpu()
+        page_size = capacity // table.shape[1]
+        pages_used = (lengths + seqlen_new + page_size - 1) // page_size
+        used = torch.arange(table.shape[1])[None, :] < pages_used[:, None]
+        bad = int((used & ((table < 0) | (table >= num_pages))).sum())
+        if bad:
+            raise UnsupportedInputError(
+                f"block_table holds {bad} page id(s) outside [0, {num_pages}) among the pages "
+                "the sequences use")

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from . import dispatch
 from .dispatch import cuda_backend
+from .out_of_memory import raise_if_out_of_memory
 
 
 def _triton():
@@ -75,14 +76,18 @@ def _resolve(backend: str, q: Tensor, k: Tensor, v: Tensor, window_left: int, wi
 # The registered ops wrap the same bodies, for torch.compile.
 def dense_fwd(q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p,
               rng_seed, deterministic, backend):
-    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, is_varlen=False)
-    if backend == "cuda":
-        return _cuda().fwd(q, k, v, softmax_scale, _is_causal(window_left, window_right),
-                           window_left, window_right, softcap)
-    return _triton().attention_forward(q, k, v, softmax_scale, window_left, window_right,
-                                       softcap, alibi_slopes,
-                                       dropout=_dropout(dropout_p, rng_seed))
+    try:
+        backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
+                           dropout_p, is_varlen=False)
+        if backend == "cuda":
+            return _cuda().fwd(q, k, v, softmax_scale, _is_causal(window_left, window_right),
+                               window_left, window_right, softcap)
+        return _triton().attention_forward(q, k, v, softmax_scale, window_left, window_right,
+                                           softcap, alibi_slopes,
+                                           dropout=_dropout(dropout_p, rng_seed))
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels attention forward")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::fwd", mutates_args=())
@@ -103,15 +108,19 @@ def _(q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes, 
 
 def dense_bwd(dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap,
               alibi_slopes, dropout_p, rng_seed, deterministic, backend):
-    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, is_varlen=False)
-    if backend == "cuda":
-        return _cuda().bwd(dout, q, k, v, out, lse, softmax_scale,
-                           _is_causal(window_left, window_right), window_left, window_right,
-                           softcap, deterministic)
-    return _triton().attention_backward(dout, q, k, v, out, lse, softmax_scale,
-                                        window_left, window_right, softcap, alibi_slopes,
-                                        dropout=_dropout(dropout_p, rng_seed))
+    try:
+        backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
+                           dropout_p, is_varlen=False)
+        if backend == "cuda":
+            return _cuda().bwd(dout, q, k, v, out, lse, softmax_scale,
+                               _is_causal(window_left, window_right), window_left, window_right,
+                               softcap, deterministic)
+        return _triton().attention_backward(dout, q, k, v, out, lse, softmax_scale,
+                                            window_left, window_right, softcap, alibi_slopes,
+                                            dropout=_dropout(dropout_p, rng_seed))
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels attention backward")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::bwd", mutates_args=())
@@ -168,28 +177,37 @@ class DenseAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_seed)
         ctx.args = (softmax_scale, window_left, window_right, softcap, dropout_p, deterministic,
                     backend)
+        # lse's gradient is never used: autograd need not make (allocate and fill) a zero one.
+        ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        return _dense_grads(dense_bwd, ctx.saved_tensors, ctx.args, dout) + (None,) * 9
+        saved = ctx.saved_tensors
+        if dout is None:  # only lse was differentiated: the gradient through out is zero
+            dout = torch.zeros_like(saved[3])
+        return _dense_grads(dense_bwd, saved, ctx.args, dout) + (None,) * 9
 
 
 # ----------------------------------------------------------------------------- varlen
 def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                window_left, window_right, softcap, alibi_slopes, dropout_p, rng_seed,
                deterministic, backend):
-    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, is_varlen=True)
-    if backend == "cuda":
-        return _cuda().varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                  softmax_scale, _is_causal(window_left, window_right),
-                                  window_left, window_right, softcap)
-    return _triton().attention_forward(
-        q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-        dropout=_dropout(dropout_p, rng_seed))
+    try:
+        backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
+                           dropout_p, is_varlen=True)
+        if backend == "cuda":
+            return _cuda().varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                      softmax_scale, _is_causal(window_left, window_right),
+                                      window_left, window_right, softcap)
+        return _triton().attention_forward(
+            q, k, v, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            dropout=_dropout(dropout_p, rng_seed))
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels varlen attention forward")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::varlen_fwd", mutates_args=())
@@ -214,18 +232,22 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                softmax_scale, window_left, window_right, softcap, alibi_slopes, dropout_p,
                rng_seed, deterministic, backend):
-    backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
-                       dropout_p, is_varlen=True)
-    if backend == "cuda":
-        return _cuda().varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                  max_seqlen_q, max_seqlen_k, softmax_scale,
-                                  _is_causal(window_left, window_right), window_left,
-                                  window_right, softcap, deterministic)
-    return _triton().attention_backward(
-        dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-        dropout=_dropout(dropout_p, rng_seed))
+    try:
+        backend = _resolve(backend, q, k, v, window_left, window_right, softcap, alibi_slopes,
+                           dropout_p, is_varlen=True)
+        if backend == "cuda":
+            return _cuda().varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                      max_seqlen_q, max_seqlen_k, softmax_scale,
+                                      _is_causal(window_left, window_right), window_left,
+                                      window_right, softcap, deterministic)
+        return _triton().attention_backward(
+            dout, q, k, v, out, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            dropout=_dropout(dropout_p, rng_seed))
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels varlen attention backward")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::varlen_bwd", mutates_args=())
@@ -283,29 +305,37 @@ class VarlenAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi_slopes, rng_seed)
         ctx.args = (max_sq, max_sk, softmax_scale, window_left, window_right, softcap, dropout_p,
                     deterministic, backend)
+        ctx.set_materialize_grads(False)  # as DenseAttention
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        return _varlen_grads(varlen_bwd, ctx.saved_tensors, ctx.args, dout) + (None,) * 13
+        saved = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(saved[3])
+        return _varlen_grads(varlen_bwd, saved, ctx.args, dout) + (None,) * 13
 
 
 def paged_varlen_fwd(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      block_table, softmax_scale, window_left, window_right, softcap, alibi_slopes,
                      dropout_p, rng_seed, backend):
     """Varlen forward over a paged KV cache."""
-    backend = _resolve(backend, q, k_cache, v_cache, window_left, window_right, softcap,
-                       alibi_slopes, dropout_p, is_varlen=True, block_table=block_table)
-    if backend == "cuda":
-        return _cuda().varlen_fwd(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                  max_seqlen_k, softmax_scale,
-                                  _is_causal(window_left, window_right), window_left,
-                                  window_right, softcap, block_table=block_table)
-    return _triton().attention_forward(
-        q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, block_table=block_table,
-        dropout=_dropout(dropout_p, rng_seed))
+    try:
+        backend = _resolve(backend, q, k_cache, v_cache, window_left, window_right, softcap,
+                           alibi_slopes, dropout_p, is_varlen=True, block_table=block_table)
+        if backend == "cuda":
+            return _cuda().varlen_fwd(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                      max_seqlen_k, softmax_scale,
+                                      _is_causal(window_left, window_right), window_left,
+                                      window_right, softcap, block_table=block_table)
+        return _triton().attention_forward(
+            q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, block_table=block_table,
+            dropout=_dropout(dropout_p, rng_seed))
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels paged varlen attention forward")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::paged_varlen_fwd", mutates_args=())
@@ -348,10 +378,14 @@ def _(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
 def probs(q, k, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
           window_left, window_right, softcap, alibi_slopes, dropout_p, rng_seed):
     """flash_attn's S_dmask for a forward that used dropout (Triton: dropout runs there only)."""
-    return _triton().attention_probs(
-        q, k, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
-        _dropout(dropout_p, rng_seed), cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    try:
+        return _triton().attention_probs(
+            q, k, lse, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+            _dropout(dropout_p, rng_seed), cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels attention probabilities (S_dmask)")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::attn_probs", mutates_args=())
@@ -387,46 +421,50 @@ def kvcache_fwd(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_id
     The first two steps are Triton kernels whichever backend attends: the CUDA kernel receives
     q already rotated, the cache already appended and cache_seqlens counting the new keys.
     """
-    batch, seqlen_q, nheads_q, _ = q.shape
-    backend = _resolve(backend, q, k_cache, v_cache, window_left, window_right, softcap,
-                       alibi_slopes, is_varlen=False, is_kvcache=True, block_table=block_table,
-                       cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad)
-    if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous():
-        cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
-    if rotary_cos is not None:
-        # flash_attn: causal or local queries sit at cache_seqlens + i; otherwise all at cache_seqlens.
-        per_row = window_left >= 0 or window_right >= 0
-        q = _triton().rotary_q(q, rotary_cos, rotary_sin, cache_seqlens, rotary_interleaved,
-                                per_row)
-    seqlens_k = cache_seqlens
-    if k_new is not None:
-        _triton().append_kv(k_new, v_new, k_cache, v_cache, cache_seqlens, cache_batch_idx,
-                             block_table, rotary_cos, rotary_sin, rotary_interleaved)
-        seqlens_k = cache_seqlens + k_new.shape[1]
-    if backend == "cuda":
-        return _cuda().kvcache_fwd(q, k_cache, v_cache, seqlens_k, block_table, cache_batch_idx,
-                                   cache_leftpad, softmax_scale, window_left, window_right,
-                                   softcap, num_splits)
-    triton_ops = _triton()
-    nheads_k = k_cache.shape[2]
-    group = nheads_q // nheads_k
-    pack_gqa = group > 1 and seqlen_q * group <= 128
-    capacity = (block_table.shape[1] * k_cache.shape[1] if block_table is not None
-                else k_cache.shape[1])
-    splits = num_splits
-    if splits <= 0:
-        splits = triton_ops.decode_num_splits(
-            batch, nheads_k if pack_gqa else nheads_q, seqlen_q * (group if pack_gqa else 1),
-            capacity)
-    else:
-        # The combine kernel wants a power of 2.
-        splits = min(1 << (splits - 1).bit_length(), triton_ops.MAX_SPLITS)
-    return triton_ops.attention_forward(
-        q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
-        seqlens_k=seqlens_k,
-        batch_idx=None if cache_batch_idx is None else cache_batch_idx.to(torch.int32).contiguous(),
-        num_splits=splits, pack_gqa=pack_gqa, block_table=block_table,
-        leftpad=cache_leftpad)
+    try:
+        batch, seqlen_q, nheads_q, _ = q.shape
+        backend = _resolve(backend, q, k_cache, v_cache, window_left, window_right, softcap,
+                           alibi_slopes, is_varlen=False, is_kvcache=True, block_table=block_table,
+                           cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad)
+        if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous():
+            cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+        if rotary_cos is not None:
+            # flash_attn: causal or local queries sit at cache_seqlens + i; otherwise all at cache_seqlens.
+            per_row = window_left >= 0 or window_right >= 0
+            q = _triton().rotary_q(q, rotary_cos, rotary_sin, cache_seqlens, rotary_interleaved,
+                                    per_row)
+        seqlens_k = cache_seqlens
+        if k_new is not None:
+            _triton().append_kv(k_new, v_new, k_cache, v_cache, cache_seqlens, cache_batch_idx,
+                                 block_table, rotary_cos, rotary_sin, rotary_interleaved)
+            seqlens_k = cache_seqlens + k_new.shape[1]
+        if backend == "cuda":
+            return _cuda().kvcache_fwd(q, k_cache, v_cache, seqlens_k, block_table, cache_batch_idx,
+                                       cache_leftpad, softmax_scale, window_left, window_right,
+                                       softcap, num_splits)
+        triton_ops = _triton()
+        nheads_k = k_cache.shape[2]
+        group = nheads_q // nheads_k
+        pack_gqa = group > 1 and seqlen_q * group <= 128
+        capacity = (block_table.shape[1] * k_cache.shape[1] if block_table is not None
+                    else k_cache.shape[1])
+        splits = num_splits
+        if splits <= 0:
+            splits = triton_ops.decode_num_splits(
+                batch, nheads_k if pack_gqa else nheads_q, seqlen_q * (group if pack_gqa else 1),
+                capacity)
+        else:
+            # The combine kernel wants a power of 2.
+            splits = min(1 << (splits - 1).bit_length(), triton_ops.MAX_SPLITS)
+        return triton_ops.attention_forward(
+            q, k_cache, v_cache, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+            seqlens_k=seqlens_k,
+            batch_idx=None if cache_batch_idx is None else cache_batch_idx.to(torch.int32).contiguous(),
+            num_splits=splits, pack_gqa=pack_gqa, block_table=block_table,
+            leftpad=cache_leftpad)
+    except RuntimeError as exc:
+        raise_if_out_of_memory(exc, "flash_kernels KV-cache attention")
+        raise
 
 
 @torch.library.custom_op("flash_kernels::kvcache_fwd", mutates_args=("k_cache", "v_cache"))

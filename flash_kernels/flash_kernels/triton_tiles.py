@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -307,6 +308,7 @@ def _fits_reason(cfg: TileConfig, head_dim_pad: int) -> Optional[str]:
 
 
 _TUNED: dict[tuple, TileConfig] = {}
+_TUNE_LOCK = threading.Lock()
 AUTOTUNE = os.environ.get("FLASH_KERNELS_AUTOTUNE", "1") != "0"
 TUNE_LOG = os.environ.get("FLASH_KERNELS_TUNE_LOG", "0") == "1"
 _TUNE_MIN_WORK = 1 << 28  # q-rows x k-rows x heads below which the default config is used
@@ -314,11 +316,25 @@ _TUNE_MIN_WORK = 1 << 28  # q-rows x k-rows x heads below which the default conf
 
 def _choose(kind: str, key: tuple, default: TileConfig, candidates: list[TileConfig], work: int,
             run) -> TileConfig:
-    """Pick a tile config: the default for small problems; measured once per key otherwise."""
+    """Pick a tile config: the default for small problems; measured once per key otherwise.
+
+    One tuning at a time, under a lock: threads that ask for a key being tuned wait for its
+    answer, so every call of a key runs the same tiles (the same rounding) whatever the timing of
+    threads, and no two tunings skew each other's clocks. A tuning that fails (out of GPU memory:
+    do_bench's 256 MB cache-flush buffer, or a candidate) raises and is not remembered, so a later
+    call tunes again; it does not fall back to the default tiles, which would give that call other
+    roundings than the same call gets once tuned.
+    """
     if not AUTOTUNE or INTERPRETING or work < _TUNE_MIN_WORK or len(candidates) <= 1:
         return default
     full_key = (kind, *key)
-    if full_key not in _TUNED:
+    tuned = _TUNED.get(full_key)
+    if tuned is not None:
+        return tuned
+    with _TUNE_LOCK:
+        tuned = _TUNED.get(full_key)
+        if tuned is not None:
+            return tuned
         best, best_ms = default, float("inf")
         timings = []
         for cfg in candidates:
@@ -330,13 +346,13 @@ def _choose(kind: str, key: tuple, default: TileConfig, candidates: list[TileCon
             if ms < best_ms:
                 best, best_ms = cfg, ms
         _TUNED[full_key] = best
-        if TUNE_LOG:
-            ranked = ", ".join(f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}={ms:.3f}"
-                               for ms, c in sorted(timings, key=lambda t: t[0])[:6])
-            print(f"flash_kernels tune {full_key}: default "
-                  f"{default.block_m}x{default.block_n}w{default.num_warps}s{default.num_stages}; "
-                  f"best {ranked}", flush=True)
-    return _TUNED[full_key]
+    if TUNE_LOG:
+        ranked = ", ".join(f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}={ms:.3f}"
+                           for ms, c in sorted(timings, key=lambda t: t[0])[:6])
+        print(f"flash_kernels tune {full_key}: default "
+              f"{default.block_m}x{default.block_n}w{default.num_warps}s{default.num_stages}; "
+              f"best {ranked}", flush=True)
+    return best
 
 
 def decode_num_splits(batch: int, nheads_k: int, seqlen_q_rows: int, max_seqlen_k: int,

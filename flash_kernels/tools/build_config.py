@@ -8,6 +8,7 @@ setup.py does the probing and passes the results in.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 # sm_80 is the oldest target: the kernels use cp.async and bf16 mma.sync, both Ampere instructions.
@@ -278,6 +279,27 @@ def check_cuda_major(nvcc_version: str, torch_cuda: str, cuda_home: str) -> None
             f"must match. Fix: point CUDA_HOME at a CUDA {t_major}.x toolkit, or install the torch build for "
             f"CUDA {nv_major}, or build the Triton-only wheel with FLASH_KERNELS_BUILD_CUDA=0."
         )
+
+
+def check_shared_libstdcxx(compiler: str, print_file_name: str, found: bool) -> None:
+    """The C++ compiler must link libstdc++ as the shared library torch itself uses.
+
+    `print_file_name` is `<compiler> -print-file-name=libstdc++.so`; `found` whether that names an existing
+    file. A toolchain without the shared library (a GCC built or installed with only libstdc++.a) links the
+    archive into the extension instead. The module then carries a second libstdc++ whose iostream and locale
+    code runs against the state of the one torch loaded; where the two differ in version, the process dies
+    of SIGSEGV the first time an error message formats a number (seen on a GPU host whose CXX was such a
+    GCC): a bad shape or running out of memory crashes instead of raising.
+    """
+    if os.path.isabs(print_file_name) and found:
+        return
+    raise BuildConfigError(
+        f"the C++ compiler {compiler!r} has no shared libstdc++ (`{compiler} -print-file-name=libstdc++.so` gives "
+        f"{print_file_name.strip()!r}), so it would link libstdc++.a into the extension, which then crashes the "
+        "process when it reports an error (two libstdc++ copies in one process). Fix: build with a compiler "
+        "whose libstdc++.so is installed, e.g. CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ (Debian/Ubuntu: "
+        "apt-get install g++), or install that toolchain's shared libstdc++."
+    )
 
 
 def parse_nvcc_version(output: str) -> str:

@@ -10,7 +10,9 @@ controller process never imports this conftest).
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 
 import pytest
 import torch
@@ -22,6 +24,7 @@ INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a GPU (large shapes or bf16); not in the CPU tier")
+    config.addinivalue_line("markers", "exclusive_gpu: runs alone on the GPU (it fills the GPU's memory)")
 
 
 def backends_under_test():
@@ -59,6 +62,26 @@ def device():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA/ROCm GPU visible and TRITON_INTERPRET is not 1")
     return torch.device("cuda")
+
+
+# One lock file per GPU host user, which every pytest process of this suite (xdist workers, concurrent runs)
+# opens: tests hold it shared, an exclusive_gpu test (one that fills the GPU) holds it exclusively, so no
+# other test runs out of memory because of it.
+GPU_LOCK = os.path.join(tempfile.gettempdir(), f"flash_kernels_gpu_tests.{os.getuid()}.lock")
+
+
+@pytest.fixture(autouse=True)
+def gpu_share(request):
+    if INTERPRETING or not torch.cuda.is_available():
+        yield
+        return
+    exclusive = request.node.get_closest_marker("exclusive_gpu") is not None
+    with open(GPU_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

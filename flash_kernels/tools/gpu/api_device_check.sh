@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's checks of the flash_attn API features on the Triton backend (paged KV cache,
+# One GPU host call's checks of the flash_attn API features on the Triton backend (paged KV cache,
 # rotary, cache_leftpad, dropout, the transformers integration), run from flash_kernels/:
 #   paged-vs-dense decode timings, the transformers check (errors next to sdpa's), the new test
 #   families, then the rest of the suite as a regression check, each under its own time limit.

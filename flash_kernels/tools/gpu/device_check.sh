@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's checks of a built CUDA wheel (run from the repository root on the GPU host):
+# One GPU host call's checks of a built CUDA wheel (run from the repository root on the GPU host):
 #   numerics vs float32, compute-sanitizer memcheck + racecheck, the timing table, the shipped suite
 #   against the CUDA backend. Logs go to $OUT (or ./device_logs). Each step has its own time limit so
 #   one slow step cannot take the others' time.

@@ -55,6 +55,13 @@ Check without a GPU (collection only; DRY RUN fakes torch.cuda.get_device_capabi
     PYTHONPATH=flash_kernels python flash_kernels/tools/gpu/flash_attn_upstream.py \\
         --tests .whl/upstream/test_flash_attn.py --cases 1500 --seed 0 --dry-run
 
+Out of GPU memory: many xdist workers share one GPU, so a case can fail for lack of memory that
+another worker held at that moment. After the run, the cases that failed with a clean
+torch.OutOfMemoryError (and nothing else: a crashed worker, an AcceleratorError, any other
+failure is never retried) run again in one serial pytest (no xdist, none of the arguments after
+``--``). The summary gives both counts (first run; after the serial retry) and the exit code
+follows the retried outcome; --no-retry-oom turns this off.
+
 Options: --keep-temp keeps the generated folder (shim, plugin, raw outcome records) and prints
 its path. --time-limit SECONDS interrupts pytest (SIGINT) after that long, for hosts that limit a
 command's time: the JUnit file and the summary still cover what ran, the rest counts as not run.
@@ -78,6 +85,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 MIN_PER_FUNCTION = 10
 PLUGIN_MODULE = "flashkit_upstream_plugin"
@@ -506,6 +514,50 @@ def summarize(collection: dict | None, outcome: dict[str, str], message: dict[st
     }
 
 
+CRASH_MARKS = ("crashed while running", "node down", "Not properly terminated")
+
+
+def crashed(text: str) -> bool:
+    """Whether a failure message is xdist's report of a worker that died (a signal, not an exception)."""
+    return any(mark in text for mark in CRASH_MARKS)
+
+
+def oom_failures(outcome: dict[str, str], message: dict[str, str]) -> list[str]:
+    """The failed cases whose exception was a clean torch.OutOfMemoryError: the ones worth a serial retry."""
+    return sorted(nodeid for nodeid, result in outcome.items()
+                  if result in ("failed", "error") and "OutOfMemoryError" in message.get(nodeid, "")
+                  and not crashed(message.get(nodeid, "")))
+
+
+def merge_retry(outcome: dict[str, str], message: dict[str, str], retried: list[str],
+                retry_outcome: dict[str, str], retry_message: dict[str, str]) -> tuple[dict, dict, dict]:
+    """Outcomes after the serial retry (a retried case takes its retry's outcome; one the retry did not
+    report stays as it was) and the retry's counts."""
+    merged, merged_message = dict(outcome), dict(message)
+    for nodeid in retried:
+        if nodeid in retry_outcome:
+            merged[nodeid] = retry_outcome[nodeid]
+            merged_message[nodeid] = retry_message.get(nodeid, "")
+    counts = {"retried": len(retried),
+              "passed": sum(merged[n] == "passed" for n in retried),
+              "still_failed": sorted(n for n in retried if merged[n] != "passed"),
+              "crashed_in_first_run": sorted(n for n, r in outcome.items()
+                                             if r in ("failed", "error") and crashed(message.get(n, "")))}
+    return merged, merged_message, counts
+
+
+def retry_oom_serially(base_cmd: list[str], env: dict, temp: str, test_dir: str, nodeids: list[str],
+                       time_limit: float | None) -> tuple[dict[str, str], dict[str, str], int]:
+    """Runs the given cases again in one serial pytest (its own state folder); returns their outcomes."""
+    state_dir = os.path.join(temp, "state-oom-retry")
+    os.makedirs(state_dir, exist_ok=True)
+    cmd = base_cmd + ["-q", "--tb=short", "-rfE", "-p", "no:xdist"] + [os.path.join(test_dir, n) for n in nodeids]
+    print(f"retrying {len(nodeids)} case(s) that failed with torch.OutOfMemoryError, serially", flush=True)
+    rc, _ = run_pytest(cmd, dict(env, **{ENV_STATE_DIR: state_dir}), time_limit)
+    outcome, message, _ = read_outcomes(state_dir)
+    return outcome, message, rc
+
+
 def print_summary(report: dict) -> None:
     summary = report["summary"]
     width = max([len("test function")] + [len(name) for name in summary["functions"]])
@@ -541,6 +593,13 @@ def print_summary(report: dict) -> None:
     print(f"test file: {report['tests']} sha256 {report['tests_sha256']}")
     print(f"cases {report['cases']} seed {report['seed']}; pytest exit code {report['pytest_exit_code']}; "
           f"exit code {report['exit_code']}")
+    retry = report.get("oom_retry")
+    if retry:
+        first = report["first_run_totals"]
+        print(f"first run: {first['passed']} passed, {first['failed']} failed, {first['error']} errors; "
+              f"{retry['retried']} failed with torch.OutOfMemoryError and ran again serially: {retry['passed']} "
+              f"passed, {len(retry['still_failed'])} did not; crashed workers' cases: "
+              f"{len(retry['crashed_in_first_run'])} (never retried)")
     if report["interrupted_by_time_limit"]:
         print(f"INTERRUPTED after --time-limit {report['time_limit_s']:g} s: not_run items did not run")
     print("torch {} (cuda {}), triton {}, flash_kernels {} ({}), GPU {}".format(
@@ -574,6 +633,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds after which pytest is interrupted (SIGINT): the JUnit file and the summary "
                              "still cover what ran, the rest counts as not run (exit code non-zero)")
+    parser.add_argument("--no-retry-oom", dest="retry_oom", action="store_false",
+                        help="do not run the cases that failed with torch.OutOfMemoryError again serially")
     parser.add_argument("--probe-env", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(own)
     if args.probe_env:
@@ -605,6 +666,28 @@ def run_pytest(cmd: list[str], env: dict, time_limit: float | None) -> tuple[int
             return proc.wait(), True
 
 
+def _environment(env: dict) -> dict:
+    probe = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-env"], env={
+        k: v for k, v in env.items() if k != ENV_FAKE_CAPABILITY}, capture_output=True, text=True)
+    try:
+        return json.loads(probe.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": (probe.stderr or probe.stdout)[-2000:]}
+
+
+def final_exit_code(pytest_rc: int, summary: dict, collect_errors: list, collection, dry_run: bool,
+                    retry: dict | None) -> int:
+    """pytest's code, but never 0 while anything failed, errored or did not run; after a serial retry of the
+    out-of-memory failures, 0 when the retry left nothing failed and no worker crashed."""
+    totals = summary["totals"]
+    bad = totals["failed"] + totals["error"] + len(collect_errors) + (0 if dry_run else totals["not_run"])
+    if retry is not None and pytest_rc == 1 and bad == 0 and collection is not None:
+        return 0  # every failure of the first run was out of memory and passed serially (a crash is a failure)
+    if pytest_rc == 0 and (bad > 0 or collection is None):
+        return 1
+    return pytest_rc
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(sys.argv[1:] if argv is None else argv)
     if args.probe_env:
@@ -627,8 +710,9 @@ def main(argv: list[str] | None = None) -> int:
     env[ENV_SEED] = str(args.seed)
     env.pop(ENV_FAKE_CAPABILITY, None)
     test_dir = os.path.dirname(tests)
-    cmd = [sys.executable, "-m", "pytest", tests, "-p", PLUGIN_MODULE, "-p", "no:cacheprovider",
-           "-c", os.path.join(temp, "pytest.ini"), "--rootdir", test_dir, "--confcutdir", test_dir]
+    base = [sys.executable, "-m", "pytest", "-p", PLUGIN_MODULE, "-p", "no:cacheprovider",
+            "-c", os.path.join(temp, "pytest.ini"), "--rootdir", test_dir, "--confcutdir", test_dir]
+    cmd = [*base[:3], tests, *base[3:]]
     if args.dry_run:
         env[ENV_FAKE_CAPABILITY] = ",".join(str(v) for v in DRY_RUN_CAPABILITY)
         cmd += ["--collect-only", "-q"]
@@ -640,29 +724,26 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--junit-xml", os.path.abspath(args.junit)]
     cmd += extra
     print("running: " + " ".join(cmd), flush=True)
+    retry = None
     try:
+        started = time.monotonic()
         pytest_rc, interrupted = run_pytest(cmd, env, args.time_limit)
-        probe = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-env"], env={
-            k: v for k, v in env.items() if k != ENV_FAKE_CAPABILITY}, capture_output=True, text=True)
-        try:
-            environment = json.loads(probe.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            environment = {"error": (probe.stderr or probe.stdout)[-2000:]}
         collection = read_collection(state_dir)
         outcome, message, collect_errors = read_outcomes(state_dir)
+        first_totals = summarize(collection, outcome, message, collect_errors, args.dry_run)["totals"]
+        retry_ids = oom_failures(outcome, message) if args.retry_oom and not args.dry_run else []
+        if retry_ids and not interrupted:
+            left = None if args.time_limit is None else max(1.0, args.time_limit - (time.monotonic() - started))
+            retry_outcome, retry_message, _ = retry_oom_serially(base, env, temp, test_dir, retry_ids, left)
+            outcome, message, retry = merge_retry(outcome, message, retry_ids, retry_outcome, retry_message)
+        environment = _environment(env)
     finally:
         if args.keep_temp:
             print(f"kept {temp}")
         else:
             shutil.rmtree(temp, ignore_errors=True)
     summary = summarize(collection, outcome, message, collect_errors, args.dry_run)
-    totals = summary["totals"]
-    bad = totals["failed"] + totals["error"] + len(collect_errors)
-    if not args.dry_run:
-        bad += totals["not_run"]
-    exit_code = pytest_rc
-    if exit_code == 0 and (bad > 0 or collection is None):
-        exit_code = 1
+    exit_code = final_exit_code(pytest_rc, summary, collect_errors, collection, args.dry_run, retry)
     report = {
         "tests": tests,
         "tests_sha256": sha256_of(tests),
@@ -676,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
         "time_limit_s": args.time_limit,
         "environment": environment,
         "summary": summary,
+        "first_run_totals": first_totals,
+        "oom_retry": retry,
     }
     print_summary(report)
     if args.json:

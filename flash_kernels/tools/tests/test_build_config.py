@@ -197,3 +197,34 @@ def test_host_cxx_std_follows_torch_headers():
     assert bc.host_cxx_std("#pragma once\n") == "c++17"
     with pytest.raises(bc.BuildConfigError, match=r"199711L|205012L"):
         bc.host_cxx_std("#if __cplusplus < 205012L\n#error\n#endif\n")
+
+
+def test_shared_libstdcxx_found_passes():
+    bc.check_shared_libstdcxx("g++", "/usr/lib/gcc/x86_64-linux-gnu/13/libstdc++.so", True)
+
+
+@pytest.mark.parametrize(
+    ("answer", "found"),
+    [
+        ("libstdc++.so", False),  # GCC's answer when it has no such file: the bare name
+        ("/opt/gcc/lib64/libstdc++.so", False),  # a path that does not exist
+    ],
+)
+def test_static_only_libstdcxx_is_refused_with_the_fix(answer, found):
+    with pytest.raises(bc.BuildConfigError) as err:
+        bc.check_shared_libstdcxx("/opt/gcc/bin/g++", answer, found)
+    text = str(err.value)
+    assert "/opt/gcc/bin/g++" in text and "libstdc++.a" in text and "CXX=" in text
+
+
+def test_the_real_compiler_links_libstdcxx_shared():
+    # This host's own compiler, asked the same way setup.py asks (skipped where there is none).
+    import os
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on this host")
+    out = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True, check=True)
+    bc.check_shared_libstdcxx(cxx, out.stdout.strip(), os.path.exists(out.stdout.strip()))

@@ -42,6 +42,8 @@ def test_schemas():
         "Tensor? block_table, Tensor? cache_batch_idx, Tensor? cache_leftpad, float softmax_scale, "
         "int window_left, int window_right, float softcap, int num_splits) -> (Tensor, Tensor)")
     assert "Tensor cu_seqlens_k" in str(torch.ops.flash_kernels_cuda.varlen_bwd.default._schema)
+    assert str(torch.ops.flash_kernels_cuda.prepare_kernels.default._schema) == (
+        "flash_kernels_cuda::prepare_kernels(int device) -> int")
 
 
 def test_sm90_flag_is_registered():
