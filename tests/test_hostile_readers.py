@@ -363,6 +363,39 @@ def test_an_output_in_a_missing_folder_is_refused_before_anything_runs(flag, tmp
     assert not (tmp_path / "r.json").exists()
 
 
+# -- the other files a command reads: the kit lock, a publication beside the page or named by --site --------------
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "not UTF-8"])
+def test_a_kit_lock_that_does_not_read_is_exit_5(kind, kit_repo):
+    p = kit_repo / "lockfiles" / "kit.txt"
+    p.unlink(missing_ok=True)
+    if kind == "not UTF-8":
+        p.write_bytes(b"# flashkit lock kit\n\xff\xfe\n")
+    else:
+        plant(p, kind)
+    r = run_flashkit(kit_repo, "lock", "--kit", "--check", timeout=30)
+    assert r.clean(5) and "lockfiles/kit.txt" in r.err, (r.code, r.err[-600:])
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"base_url": 1' + "0" * 5000 + "}", "[]"])
+def test_a_publication_manifest_that_is_not_one_is_refused(text, kit_repo, tmp_path):
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    (pub / ".flashkit-publication").write_text("")
+    (pub / "index.json").write_text(text)
+    r = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"), "--with-publication", str(pub))
+    assert r.clean(UsageError.exit_code) and "index.json" in r.err, (r.code, r.err[-600:])
+    assert not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize("as_url", [False, True], ids=["a folder", "a file:// URL"])
+def test_a_site_whose_index_is_a_fifo_is_refused_not_waited_on(as_url, kit_repo, tmp_path):
+    plant(tmp_path / "pub" / "index.json", "fifo")
+    site = (tmp_path / "pub").as_uri() if as_url else str(tmp_path / "pub")
+    query = ("--torch", "2.7.1", "--cuda", "12.6", "--python", "3.11")
+    r = run_flashkit(kit_repo, "resolve", "--site", site, *query, timeout=30)
+    assert r.clean(3) and "FIFO" in r.err, (r.code, r.err[-600:])
+
+
 # -- ledger merge: all or nothing across envs ----------------------------------------------------------------
 def _merge_lines(root: Path, tmp: Path, files: dict[str, list[str]]) -> tuple[object, dict, dict]:
     before = snapshot(root / "verified")

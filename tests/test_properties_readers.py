@@ -131,6 +131,48 @@ def test_the_strict_json_reader_on_json_like_text(parts):
     assert not safeio.too_deep(value, 8)
 
 
+# -- the TOML and YAML the kit reads: host facts, the kit's pyproject, a results README's front matter -----------------
+NESTING = ["[" * 1200, "]" * 1200, "{a = " * 1200, "{a: " * 1200, "}" * 1200, "- " * 50]
+TOML_BITS = ["[build_host]\n", "[gpu_host]\n", "[build_host.unreachable]\n", "a = ", "9" * 5000, "0x" + "f" * 5000,
+             "1e999", "nan", "inf", '"x"', "[", "]", "{", "}", ",", "\n", "1979-05-27T07:32:00Z", *NESTING]  # fmt: skip
+YAML_BITS = ["date: ", "results: ", "- benchmark: x\n", "a: ", "9" * 5000, "0x" + "f" * 5000, "2026-13-45", "1e999",
+             ".nan", "!!binary zz", "!!python/name:os.system", "&a ", "*a", "[", "]", "{", "}", ",", "\n", "\t",
+             "  ", *NESTING]  # fmt: skip
+
+
+TOML_VALUE = st.sampled_from(["", "a = ", "[gpu_host]\ngpu = "])  # most bits are values: put one where it reads
+
+
+@given(TOML_VALUE, st.lists(st.sampled_from(TOML_BITS) | st.text(max_size=4), max_size=12))
+def test_the_host_facts_reader_on_toml_like_text(start, parts):
+    from flashkit.core.errors import SpecError
+    from flashkit.plan import hosts
+
+    with contextlib.suppress(SpecError):
+        hosts.parse(start + "".join(parts), "hosts.toml")
+
+
+@given(st.lists(st.sampled_from(YAML_BITS) | st.text(max_size=4), max_size=12))
+def test_the_front_matter_reader_on_yaml_like_text(parts):
+    from flashkit.core.errors import SpecError
+    from flashkit.site import results
+
+    with contextlib.suppress(SpecError):
+        assert isinstance(results.front_matter("---\n" + "".join(parts) + "\n---\n", "README.md"), dict)
+
+
+@given(TOML_VALUE, st.lists(st.sampled_from(TOML_BITS) | st.text(max_size=4), max_size=12))
+def test_the_kit_lock_check_on_a_mangled_pyproject(start, parts):
+    """`flashkit lock --kit --check` reads pyproject.toml's dependencies: any text is a list or LockError."""
+    from flashkit.core.errors import LockError
+    from flashkit.locking import kit_lock
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "pyproject.toml").write_text(start + "".join(parts), encoding="utf-8", errors="surrogateescape")
+        with contextlib.suppress(LockError):
+            kit_lock.dependencies(Path(tmp))
+
+
 # -- benchmark results -------------------------------------------------------------------------------------------
 ROW = {"impl": "fk_cuda", "mode": "fwd", "head_dim": 64, "seqlen": 128, "batch": 1, "nheads": 8, "tflops": 100.0}
 VALUES = st.sampled_from(["1", "-1", "0", "1e400", "NaN", "Infinity", '"x"', "true", "null", "[]", "{}", "1" * 60])

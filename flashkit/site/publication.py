@@ -14,7 +14,6 @@ Anything else is refused (exit 2) with what differs; nothing is written.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from flashkit.core import safeio
@@ -39,10 +38,11 @@ def files_of(folder: Path, live: dict) -> dict[str, bytes]:
             f"--with-publication {folder}: not a folder `flashkit publish-wheels` wrote (no {MARKER} or {MANIFEST})"
         )
     manifest = _read(folder, MANIFEST)
-    try:
-        base = json.loads(manifest)["base_url"]
-    except (ValueError, KeyError, TypeError):
-        raise UsageError(f"--with-publication {folder}: {MANIFEST} is not a publication manifest") from None
+    shown = f"--with-publication {folder}: {MANIFEST}"
+    data = safeio.parse_json(manifest, shown=shown, what="publication manifest", error=UsageError)
+    base = data.get("base_url") if isinstance(data, dict) else None
+    if not isinstance(base, str):
+        raise UsageError(f"{shown} is not a publication manifest (no base_url)")
     facts = [f for f in live.values() if f.base_url == base]
     if not facts:
         raise UsageError(
