@@ -143,8 +143,13 @@ def test_a_ledger_that_does_not_read_gives_one_exit_code_everywhere(make, kit_re
     matrix = run_flashkit(kit_repo, "matrix")
     site = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"))
     index = run_flashkit(kit_repo, "wheelhouse", "--all", "--out", str(tmp_path / "wheels"))
-    for r in (show, matrix, site, index):
+    requirements = run_flashkit(kit_repo, "requirements", env, "--python", "3.12")
+    (tmp_path / "none.jsonl").write_text("")  # a merge of nothing still checks its lines against every ledger
+    before = snapshot(kit_repo / "verified")
+    merge = run_flashkit(kit_repo, "ledger", "merge", str(tmp_path / "none.jsonl"))
+    for r in (show, matrix, site, index, requirements, merge):
         assert r.clean(code), (r.code, r.err[-600:])
+    assert snapshot(kit_repo / "verified") == before and "nothing was merged" in merge.err
     assert f"{env}: ledger unreadable" in matrix.err and f"{env}: its row has no verdicts" in site.err
     assert (tmp_path / "site" / "index.html").is_file()  # the page is made from the other envs
 

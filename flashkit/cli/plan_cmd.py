@@ -139,6 +139,9 @@ def cmd_requirements(args) -> int:
     if not re.fullmatch(r"3\.\d+", python):
         raise UsageError(f"--python {python}: give a CPython version such as 3.12")
     from flashkit.doctor import repo as repo_facts
+    from flashkit.ledger import store
+
+    store.load(r, str(spec.id))  # an unreadable ledger: its own error (14, 34), as `ledger show` gives it
     cov = repo_facts.load(r).requirements.get(str(spec.id)) or production.coverage(spec, production.read(r, spec))
     pip, uv = production.install_commands(cov, python)
     if python not in cov.published:
