@@ -173,6 +173,25 @@ def test_the_kit_lock_check_on_a_mangled_pyproject(start, parts):
             kit_lock.dependencies(Path(tmp))
 
 
+LOCK_VERSIONS = ["1.26.4", "2." + "7" * 5000, "2.7.1+cu126", "1!2", "x.y", "", "v1", "1" * 70, "2.7.1 ; x", "===1"]
+LOCK_TAILS = ["", " \\\n    --hash=sha256:" + "a" * 64, " ; python_version >= '3.11'", " --hash=md5:x", " #", " -e"]
+LOCK_LINE = st.tuples(st.sampled_from(["torch", "numpy", "a[x]", "-"]), st.sampled_from(LOCK_VERSIONS),
+                      st.sampled_from(LOCK_TAILS) | st.text(max_size=4))  # fmt: skip
+
+
+@given(st.lists(LOCK_LINE, max_size=6))
+def test_the_lockfile_readers_on_lock_like_text(lines):
+    """Every pin either lockfile reader returns has a version that compares (a 5000-digit one is a problem)."""
+    from packaging.specifiers import SpecifierSet
+
+    from flashkit.plan import lock, production
+
+    text = "".join(f"{name}=={version}{tail}\n" for name, version, tail in lines)
+    pins = lock.parse(text)[0] + production.parse_merged(text)[0]
+    for pin in pins:
+        SpecifierSet(">=0").contains(pin.version, prereleases=True)
+
+
 # -- benchmark results -------------------------------------------------------------------------------------------
 ROW = {"impl": "fk_cuda", "mode": "fwd", "head_dim": 64, "seqlen": 128, "batch": 1, "nheads": 8, "tflops": 100.0}
 VALUES = st.sampled_from(["1", "-1", "0", "1e400", "NaN", "Infinity", '"x"', "true", "null", "[]", "{}", "1" * 60])
