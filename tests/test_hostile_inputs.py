@@ -150,3 +150,28 @@ def test_ci_workflow_output_follows_a_folder_symlink_and_replaces_a_file_symlink
     assert victim.read_text() == "precious" and not out.is_symlink()
     r = cli("--repo", str(kit_repo), "ci-workflow", "-h")
     assert "never written through" in " ".join(r.out.split())
+
+
+# --- command-line values that no command can use: a usage error (or an unknown env, 3) before any work
+BAD_ARGS = {
+    "a runner label with a newline": (("ci-matrix", "--runner", "a\nb: c"), UsageError.exit_code, "--runner"),
+    "a GPU runner label with a space": (("ci-matrix", "--gpu-runner", "gpu box"), UsageError.exit_code, "--gpu-runner"),
+    "no tier at all": (("verify", "cu130-torch211", "--tiers", ""), UsageError.exit_code, "--tiers"),
+    "doctor --timeout nan": (("doctor", "--no-import", "--timeout", "nan"), UsageError.exit_code, "--timeout"),
+    "doctor --timeout 1e300": (("doctor", "--no-import", "--timeout", "1e300"), UsageError.exit_code, "--timeout"),
+    "ledger show of an unknown env": (("ledger", "show", "cu130-torch112"), 3, "Known envs"),
+}
+
+
+@pytest.mark.parametrize(("argv", "code", "named"), BAD_ARGS.values(), ids=BAD_ARGS.keys())
+def test_a_value_no_command_can_use_is_refused_first(argv, code, named, cli, kit_repo):
+    r = cli("--repo", str(kit_repo), *argv)
+    assert r.code == code and named in r.err, (r.code, r.err[-600:])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e300"])
+def test_the_doctor_probe_refuses_a_timeout_subprocess_cannot_take(value, tmp_path):
+    from kitsupport import run_process
+
+    r = run_process("flashkit.doctor.probe", "--no-import", "--timeout", value, cwd=tmp_path)
+    assert r.clean(UsageError.exit_code) and "--timeout" in r.err, (r.code, r.err[-600:])

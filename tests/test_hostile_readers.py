@@ -368,6 +368,18 @@ def test_an_output_in_a_missing_folder_is_refused_before_anything_runs(flag, tmp
     assert not (tmp_path / "r.json").exists()
 
 
+def test_a_cut_xz_result_is_named_as_cut_not_as_too_large(tmp_path):
+    import lzma
+
+    from flashkit.core.errors import SpecError
+    from flashkit.site import headlines
+
+    p = tmp_path / "decode.json.xz"
+    p.write_bytes(lzma.compress(b'{"rows": []}' * 1000)[:60])
+    with pytest.raises(SpecError, match="cut short"):
+        headlines.read(p, tmp_path)
+
+
 # -- the other files a command reads: the kit lock, a publication beside the page or named by --site --------------
 @pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "not UTF-8"])
 def test_a_kit_lock_that_does_not_read_is_exit_5(kind, kit_repo):

@@ -68,6 +68,8 @@ TOP_LEVEL_MODULES = ("flash_attn_2_cuda",)
 
 ENV_TIMEOUT_S = 60
 TORCH_TIMEOUT_S = 240
+# The limits a --timeout may take: subprocess refuses NaN, infinity and anything past about 292 years.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.1, 86400
 TOOL_TIMEOUT_S = 30
 _MARK = "FLASHKIT-PROBE-JSON:"
 
@@ -688,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
     args = parser.parse_args(argv)
+    if not MIN_TIMEOUT_S <= args.timeout <= MAX_TIMEOUT_S:  # NaN fails this too; subprocess cannot take inf
+        parser.error(f"--timeout {args.timeout}: give the limit in seconds ({MIN_TIMEOUT_S:g}-{MAX_TIMEOUT_S})")
     if args.output:
         from flashkit.core import outputs
         from flashkit.core.errors import FlashkitError
