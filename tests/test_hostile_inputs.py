@@ -175,3 +175,26 @@ def test_the_doctor_probe_refuses_a_timeout_subprocess_cannot_take(value, tmp_pa
 
     r = run_process("flashkit.doctor.probe", "--no-import", "--timeout", value, cwd=tmp_path)
     assert r.clean(UsageError.exit_code) and "--timeout" in r.err, (r.code, r.err[-600:])
+
+
+# --- an input path too long to look up (ENAMETOOLONG): the command's own "not found", never an internal error
+LONG = "/tmp/" + "x" * 300
+LONG_INPUTS = {
+    "ledger merge": (("ledger", "merge", LONG), 14),
+    "site --with-publication": (("site", "--out", "@T@/site", "--with-publication", LONG), UsageError.exit_code),
+    "wheelhouse --wheel": (("wheelhouse", "cu130-torch211", "--wheel", LONG, "--out", "@T@/w"), 17),
+    "--repo": (("--repo", LONG, "matrix"), 3),
+}
+
+
+@pytest.mark.parametrize(("argv", "code"), LONG_INPUTS.values(), ids=LONG_INPUTS.keys())
+def test_an_input_path_too_long_to_look_up_is_the_commands_own_error(argv, code, cli, kit_repo, tmp_path):
+    args = [a.replace("@T@", str(tmp_path)) for a in argv]
+    r = cli(*(args if args[0] == "--repo" else ["--repo", str(kit_repo), *args]))
+    assert r.code == code and "internal error" not in r.err, (r.code, r.err[-600:])
+
+
+def test_flashkit_root_too_long_to_look_up_is_exit_3(cli, monkeypatch):
+    monkeypatch.setenv("FLASHKIT_ROOT", LONG)
+    r = cli("matrix")
+    assert r.code == 3 and "FLASHKIT_ROOT" in r.err, (r.code, r.err[-600:])

@@ -17,6 +17,7 @@ verdicts (:mod:`flashkit.ledger.record`).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from flashkit.plan.specfile import env_ids, load_each
 def files_of(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
-        if p.is_dir():
+        if os.path.isdir(p):  # os.path: False, not OSError, for a name too long to look up
             found = sorted(p.glob("*.jsonl"))
             if not found:
                 raise RecordError(

@@ -14,6 +14,7 @@ Anything else is refused (exit 2) with what differs; nothing is written.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from flashkit.core import safeio
@@ -33,7 +34,8 @@ def _read(folder: Path, rel: str) -> bytes:
 def files_of(folder: Path, live: dict) -> dict[str, bytes]:
     """Every file of the publication at ``folder``, checked against ``live`` (env -> current
     WheelPublication fact, as :func:`flashkit.doctor.repo.load` finds them)."""
-    if not (folder / MARKER).is_file() or not (folder / MANIFEST).is_file():
+    # os.path: False, not OSError, for a name too long to look up
+    if not os.path.isfile(folder / MARKER) or not os.path.isfile(folder / MANIFEST):
         raise UsageError(
             f"--with-publication {folder}: not a folder `flashkit publish-wheels` wrote (no {MARKER} or {MANIFEST})"
         )
