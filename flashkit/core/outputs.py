@@ -99,7 +99,10 @@ def check_path(path: Path | str, *, flag: str, error: type[FlashkitError] = Usag
     absolute = Path(os.path.abspath(path))
     why = _unnameable(absolute)
     if why:
-        raise error(f"{shown}: {why}", hint="name a short path of plain characters, in a folder of your own")
+        raise error(
+            f"{shown}: {why}",
+            hint="name a path of printable characters, each name at most 255 bytes, through no symlink loop",
+        )
     real = _resolved(absolute)
     for tree in SYSTEM_TREES:
         if any(_under(p, Path(tree)) for p in (absolute, real)):
