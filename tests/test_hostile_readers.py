@@ -214,7 +214,7 @@ RESULTS: dict[str, Callable[[Path], str]] = {
 def test_a_benchmark_result_that_does_not_read_is_named_and_left_out(make, kit_repo, tmp_path):
     name = make(kit_repo)
     r = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"))
-    assert r.clean(0), (r.code, r.err[-600:])
+    assert r.clean(3), (r.code, r.err[-600:])  # the page is written, but not whole: as `flashkit results` says
     assert f"not charted: benchmarks/results/run/{name}" in r.err
     assert f"benchmarks/results/run/{name}" in (tmp_path / "site" / "index.html").read_text()  # said on the page
 
