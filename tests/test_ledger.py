@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kitsupport import H1, H2, REPO, artifact, digest, full_ledger, verdict
 
-from flashkit.core.errors import RecordError
+from flashkit.core.errors import RecordError, UsageError
 from flashkit.core.names import Tier
 from flashkit.ledger import gate, migrate, record, store
 from flashkit.ledger.model import Applies, content_id
@@ -347,3 +347,10 @@ def test_an_independent_build_of_the_same_image_is_recorded_as_a_confirmation(tm
     old = artifact(h=H1)  # a line of before: no builder, no runtime base
     store.append(tmp_path, "cu130-torch211", [old])
     assert "builder" not in json.loads(old.line()) and store.load(tmp_path, "cu130-torch211").artifacts(H1) == [old]
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_an_empty_policy_is_refused_not_taken_for_the_default(text):
+    with pytest.raises(UsageError, match="leave it out for the default"):
+        gate.parse_policy(text)
+    assert gate.parse_policy(None) == FULL
