@@ -150,3 +150,51 @@ def test_ci_workflow_output_follows_a_folder_symlink_and_replaces_a_file_symlink
     assert victim.read_text() == "precious" and not out.is_symlink()
     r = cli("--repo", str(kit_repo), "ci-workflow", "-h")
     assert "never written through" in " ".join(r.out.split())
+
+
+# --- command-line values that no command can use: a usage error (or an unknown env, 3) before any work
+BAD_ARGS = {
+    "a runner label with a newline": (("ci-matrix", "--runner", "a\nb: c"), UsageError.exit_code, "--runner"),
+    "a GPU runner label with a space": (("ci-matrix", "--gpu-runner", "gpu box"), UsageError.exit_code, "--gpu-runner"),
+    "no tier at all": (("verify", "cu130-torch211", "--tiers", ""), UsageError.exit_code, "--tiers"),
+    "doctor --timeout nan": (("doctor", "--no-import", "--timeout", "nan"), UsageError.exit_code, "--timeout"),
+    "doctor --timeout 1e300": (("doctor", "--no-import", "--timeout", "1e300"), UsageError.exit_code, "--timeout"),
+    "ledger show of an unknown env": (("ledger", "show", "cu130-torch112"), 3, "Known envs"),
+}
+
+
+@pytest.mark.parametrize(("argv", "code", "named"), BAD_ARGS.values(), ids=BAD_ARGS.keys())
+def test_a_value_no_command_can_use_is_refused_first(argv, code, named, cli, kit_repo):
+    r = cli("--repo", str(kit_repo), *argv)
+    assert r.code == code and named in r.err, (r.code, r.err[-600:])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e300"])
+def test_the_doctor_probe_refuses_a_timeout_subprocess_cannot_take(value, tmp_path):
+    from kitsupport import run_process
+
+    r = run_process("flashkit.doctor.probe", "--no-import", "--timeout", value, cwd=tmp_path)
+    assert r.clean(UsageError.exit_code) and "--timeout" in r.err, (r.code, r.err[-600:])
+
+
+# --- an input path too long to look up (ENAMETOOLONG): the command's own "not found", never an internal error
+LONG = "/tmp/" + "x" * 300
+LONG_INPUTS = {
+    "ledger merge": (("ledger", "merge", LONG), 14),
+    "site --with-publication": (("site", "--out", "@T@/site", "--with-publication", LONG), UsageError.exit_code),
+    "wheelhouse --wheel": (("wheelhouse", "cu130-torch211", "--wheel", LONG, "--out", "@T@/w"), 17),
+    "--repo": (("--repo", LONG, "matrix"), 3),
+}
+
+
+@pytest.mark.parametrize(("argv", "code"), LONG_INPUTS.values(), ids=LONG_INPUTS.keys())
+def test_an_input_path_too_long_to_look_up_is_the_commands_own_error(argv, code, cli, kit_repo, tmp_path):
+    args = [a.replace("@T@", str(tmp_path)) for a in argv]
+    r = cli(*(args if args[0] == "--repo" else ["--repo", str(kit_repo), *args]))
+    assert r.code == code and "internal error" not in r.err, (r.code, r.err[-600:])
+
+
+def test_flashkit_root_too_long_to_look_up_is_exit_3(cli, monkeypatch):
+    monkeypatch.setenv("FLASHKIT_ROOT", LONG)
+    r = cli("matrix")
+    assert r.code == 3 and "FLASHKIT_ROOT" in r.err, (r.code, r.err[-600:])

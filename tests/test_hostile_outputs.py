@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kitsupport import run_flashkit, snapshot
+from kitsupport import run_flashkit, run_process, snapshot
 
 from flashkit.core.errors import KeyFileError, UsageError
 
@@ -34,6 +34,7 @@ def repo(kit_repo: Path) -> Path:
     (kit_repo / "theirs").mkdir()
     (kit_repo / "theirs" / "keep.txt").write_text("keep\n")
     (kit_repo / "dangling").symlink_to(kit_repo / "nowhere")
+    (kit_repo / "loop").symlink_to("loop")
     return kit_repo
 
 
@@ -81,7 +82,22 @@ CASES += [
     ("key generate into .git", ("key", "generate", "@R@/.git/keys"), KeyFileError.exit_code),
     ("key generate under /dev", ("key", "generate", DEV), KeyFileError.exit_code),
     ("key generate under a file", ("key", "generate", "@R@/a-file/keys"), KeyFileError.exit_code),
+    ("key generate into a symlink loop", ("key", "generate", "@R@/loop"), KeyFileError.exit_code),
 ]
+# Paths that cannot name a file at all: every command refuses them by the same rule, before any work.
+for where, target in {
+    "a name over 255 bytes": "@R@/" + "x" * 300,
+    "a path over 4096 bytes": "@R@/" + "/".join(["y" * 200] * 30),
+    "a newline": "@R@/a\nb",
+    "a symlink loop on the way": "@R@/loop/out",
+}.items():
+    CASES += [
+        (f"render -o {where}", ("render", ENV, "-o", target), UsageError.exit_code),
+        (f"ci-matrix -o {where}", ("ci-matrix", "-o", target), UsageError.exit_code),
+        (f"site --out {where}", ("site", "--out", target), UsageError.exit_code),
+        (f"wheelhouse --all --out {where}", ("wheelhouse", "--all", "--out", target), UsageError.exit_code),
+        (f"key generate {where}", ("key", "generate", target), KeyFileError.exit_code),
+    ]
 
 
 @pytest.mark.parametrize(("argv", "code"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -96,7 +112,7 @@ def test_an_output_path_that_is_not_a_place_for_files_is_refused(argv, code, rep
         if created:
             (shutil.rmtree if os.path.isdir(DEV) else os.unlink)(DEV)
     assert r.clean(code), (r.code, r.err)
-    assert f"{args[-1]}" in r.err  # the message names the path
+    assert f"{args[-1][:200]}" in r.err or repr(args[-1]) in r.err  # the message names the path
     assert not created, f"{DEV} was written"
     assert _git_state(repo) == git_before and sorted(os.listdir(repo)) == entries_before
     assert snapshot(repo / "theirs") == others_before and (repo / "a-file").read_text() == "someone's file\n"
@@ -148,3 +164,68 @@ def test_a_file_system_that_cannot_take_the_output_is_a_usage_error(cli, kit_rep
     r = cli("--repo", str(kit_repo), "render", ENV, "-o", str(out))
     assert r.code == UsageError.exit_code and f"-o {out}: cannot write it: No space left on device" in r.err, r.err
     assert not (tmp_path / "new").exists()  # the folders it made for the file are gone again
+
+
+PROBE_TARGETS = {
+    "a git hook": "@R@/.git/hooks/pre-commit",
+    "a link into .git": "@R@/link-to-git/refs/facts.json",
+    "proc": "/proc/self/facts.json",
+    "dev": DEV,
+    "a symlink loop on the way": "@R@/loop/facts.json",
+    "a name over 255 bytes": "@R@/" + "x" * 300,
+    "a folder": "@R@/theirs",
+}
+
+
+@pytest.mark.parametrize("target", PROBE_TARGETS.values(), ids=PROBE_TARGETS.keys())
+def test_the_doctor_probe_writes_by_the_same_rule(target, repo):
+    """`python -m flashkit.doctor.probe -o` (run on GPU hosts and in images) refuses what `render -o` refuses,
+    before it probes anything."""
+    git_before = _git_state(repo)
+    out = target.replace("@R@", str(repo))
+    try:
+        r = run_process("flashkit.doctor.probe", "--no-import", "--no-elf", "-o", out, cwd=repo)
+    finally:
+        created = os.path.lexists(DEV)
+        if created:
+            os.unlink(DEV)
+    assert r.clean(UsageError.exit_code) and "-o " in r.err, (r.code, r.err[-600:])
+    assert not created and _git_state(repo) == git_before
+    assert sorted(os.listdir(repo / "theirs")) == ["keep.txt"]
+
+
+ARTIFACT_TARGETS = {
+    "--out into .git": ("--out", "@R@/.git/refs/tags/r.json"),
+    "--out under /dev": ("--out", f"{DEV}.json"),
+    "--out under /proc": ("--out", "/proc/self/r.json"),
+    "--out whose report lands on a folder": ("--out", "@R@/theirs/x"),
+    "--log into a link to .git": ("--log", "@R@/link-to-git/suite.log"),
+    "--log a symlink loop": ("--log", "@R@/loop"),
+}
+
+
+@pytest.mark.parametrize(("flag", "target"), ARTIFACT_TARGETS.values(), ids=ARTIFACT_TARGETS.keys())
+def test_the_gpu_host_runner_writes_by_the_same_rule(flag, target, repo, tmp_path):
+    """artifact_check's result, its JUnit report beside it and its log: refused before anything runs."""
+    import hashlib
+    import zipfile
+
+    wheel = tmp_path / "flash_kernels-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("flash_kernels/__init__.py", "")
+    if target.endswith("theirs/x"):
+        (repo / "theirs" / "x.junit.xml").mkdir()
+    args = {"--out": str(tmp_path / "r.json"), flag: target.replace("@R@", str(repo))}
+    git_before = _git_state(repo)
+    try:
+        r = run_process(
+            "flashkit.evidence.artifact_check", str(wheel), "--expect-sha256",
+            hashlib.sha256(wheel.read_bytes()).hexdigest(), "--env", ENV, "--input-hash", "fk2-x",
+            "--expect-torch", "2.11", "--expect-cuda", "13", *(a for kv in args.items() for a in kv), cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        created = os.path.lexists(f"{DEV}.json")
+        if created:
+            os.unlink(f"{DEV}.json")
+    assert r.clean(2) and flag in r.err, (r.code, r.err[-600:])
+    assert not created and _git_state(repo) == git_before and not (tmp_path / "r.json").exists()

@@ -143,8 +143,13 @@ def test_a_ledger_that_does_not_read_gives_one_exit_code_everywhere(make, kit_re
     matrix = run_flashkit(kit_repo, "matrix")
     site = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"))
     index = run_flashkit(kit_repo, "wheelhouse", "--all", "--out", str(tmp_path / "wheels"))
-    for r in (show, matrix, site, index):
+    requirements = run_flashkit(kit_repo, "requirements", env, "--python", "3.12")
+    (tmp_path / "none.jsonl").write_text("")  # a merge of nothing still checks its lines against every ledger
+    before = snapshot(kit_repo / "verified")
+    merge = run_flashkit(kit_repo, "ledger", "merge", str(tmp_path / "none.jsonl"))
+    for r in (show, matrix, site, index, requirements, merge):
         assert r.clean(code), (r.code, r.err[-600:])
+    assert snapshot(kit_repo / "verified") == before and "nothing was merged" in merge.err
     assert f"{env}: ledger unreadable" in matrix.err and f"{env}: its row has no verdicts" in site.err
     assert (tmp_path / "site" / "index.html").is_file()  # the page is made from the other envs
 
@@ -209,7 +214,7 @@ RESULTS: dict[str, Callable[[Path], str]] = {
 def test_a_benchmark_result_that_does_not_read_is_named_and_left_out(make, kit_repo, tmp_path):
     name = make(kit_repo)
     r = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"))
-    assert r.clean(0), (r.code, r.err[-600:])
+    assert r.clean(3), (r.code, r.err[-600:])  # the page is written, but not whole: as `flashkit results` says
     assert f"not charted: benchmarks/results/run/{name}" in r.err
     assert f"benchmarks/results/run/{name}" in (tmp_path / "site" / "index.html").read_text()  # said on the page
 
@@ -361,6 +366,51 @@ def test_an_output_in_a_missing_folder_is_refused_before_anything_runs(flag, tmp
     r = _artifact_check(tmp_path, *extra, out=missing if flag == "--out" else None)
     assert r.clean(2) and f"{flag} {missing}: the folder" in r.err, (r.code, r.err)
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_cut_xz_result_is_named_as_cut_not_as_too_large(tmp_path):
+    import lzma
+
+    from flashkit.core.errors import SpecError
+    from flashkit.site import headlines
+
+    p = tmp_path / "decode.json.xz"
+    p.write_bytes(lzma.compress(b'{"rows": []}' * 1000)[:60])
+    with pytest.raises(SpecError, match="cut short"):
+        headlines.read(p, tmp_path)
+
+
+# -- the other files a command reads: the kit lock, a publication beside the page or named by --site --------------
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "not UTF-8"])
+def test_a_kit_lock_that_does_not_read_is_exit_5(kind, kit_repo):
+    p = kit_repo / "lockfiles" / "kit.txt"
+    p.unlink(missing_ok=True)
+    if kind == "not UTF-8":
+        p.write_bytes(b"# flashkit lock kit\n\xff\xfe\n")
+    else:
+        plant(p, kind)
+    r = run_flashkit(kit_repo, "lock", "--kit", "--check", timeout=30)
+    assert r.clean(5) and "lockfiles/kit.txt" in r.err, (r.code, r.err[-600:])
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"base_url": 1' + "0" * 5000 + "}", "[]"])
+def test_a_publication_manifest_that_is_not_one_is_refused(text, kit_repo, tmp_path):
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    (pub / ".flashkit-publication").write_text("")
+    (pub / "index.json").write_text(text)
+    r = run_flashkit(kit_repo, "site", "--out", str(tmp_path / "site"), "--with-publication", str(pub))
+    assert r.clean(UsageError.exit_code) and "index.json" in r.err, (r.code, r.err[-600:])
+    assert not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize("as_url", [False, True], ids=["a folder", "a file:// URL"])
+def test_a_site_whose_index_is_a_fifo_is_refused_not_waited_on(as_url, kit_repo, tmp_path):
+    plant(tmp_path / "pub" / "index.json", "fifo")
+    site = (tmp_path / "pub").as_uri() if as_url else str(tmp_path / "pub")
+    query = ("--torch", "2.7.1", "--cuda", "12.6", "--python", "3.11")
+    r = run_flashkit(kit_repo, "resolve", "--site", site, *query, timeout=30)
+    assert r.clean(3) and "FIFO" in r.err, (r.code, r.err[-600:])
 
 
 # -- ledger merge: all or nothing across envs ----------------------------------------------------------------

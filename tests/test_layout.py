@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1] / "flashkit"
 # Each layer may import itself and the layers listed; anything else is an upward or sideways dependency.
 ALLOWED = {
     "core": set(),
-    "evidence": set(),  # runs on GPU hosts with the standard library alone
+    # runs on GPU hosts with the standard library alone; core is standard library only too (where outputs may go)
+    "evidence": {"core"},
     "binary": {"core", "evidence"},
     "plan": {"core"},  # pure: reads and checks; runs no tool
     "locking": {"core", "plan"},  # uv, to write lockfiles

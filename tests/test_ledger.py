@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kitsupport import H1, H2, REPO, artifact, digest, full_ledger, verdict
 
-from flashkit.core.errors import RecordError
+from flashkit.core.errors import RecordError, UsageError
 from flashkit.core.names import Tier
 from flashkit.ledger import gate, migrate, record, store
 from flashkit.ledger.model import Applies, content_id
@@ -244,6 +244,30 @@ def test_the_committed_schema_1_records_migrate_without_loss(env, tmp_path):
     assert (tmp_path / "verified" / "schema1" / f"{env}.json").read_text() == original.read_text()
 
 
+def test_a_second_schema_1_record_never_replaces_the_kept_original(tmp_path):
+    """The original an earlier migration kept is evidence: a new verified/<env>.json (a copy, an edit) is refused."""
+    env = "cu124-torch27"
+    original = REPO / "verified" / "schema1" / f"{env}.json"
+    (tmp_path / "verified").mkdir()
+    (tmp_path / "verified" / f"{env}.json").write_text(original.read_text())
+    migrate.migrate_env(tmp_path, env)
+    kept = tmp_path / "verified" / "schema1" / f"{env}.json"
+    (tmp_path / "verified" / f"{env}.json").write_text(original.read_text().replace('"schema"', ' "schema"', 1))
+    before = store.ledger_path(tmp_path, env).read_bytes()
+    with pytest.raises(RecordError, match="already holds the schema-1 original"):
+        migrate.migrate_env(tmp_path, env)
+    assert kept.read_text() == original.read_text() and store.ledger_path(tmp_path, env).read_bytes() == before
+
+
+@pytest.mark.parametrize("entries", [{"fk1-x": []}, {"fk1-x": "text"}, {"fk1-x": {"updated": [1], "artifact": 5}}])
+def test_a_schema_1_record_whose_entries_are_not_objects_is_exit_14(entries, tmp_path):
+    (tmp_path / "verified").mkdir()
+    (tmp_path / "verified" / "cu124-torch27.json").write_text(json.dumps({"schema": 1, "entries": entries}))
+    with pytest.raises(RecordError, match="fk1-x"):
+        migrate.migrate_env(tmp_path, "cu124-torch27")
+    assert (tmp_path / "verified" / "cu124-torch27.json").exists() and not (tmp_path / "verified" / "schema1").exists()
+
+
 @pytest.mark.parametrize("env", ["cu130-torch211", "cu124-torch27"])
 def test_the_committed_ledger_holds_everything_of_its_schema_1_record(env):
     data = json.loads((REPO / "verified" / "schema1" / f"{env}.json").read_text())
@@ -323,3 +347,10 @@ def test_an_independent_build_of_the_same_image_is_recorded_as_a_confirmation(tm
     old = artifact(h=H1)  # a line of before: no builder, no runtime base
     store.append(tmp_path, "cu130-torch211", [old])
     assert "builder" not in json.loads(old.line()) and store.load(tmp_path, "cu130-torch211").artifacts(H1) == [old]
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_an_empty_policy_is_refused_not_taken_for_the_default(text):
+    with pytest.raises(UsageError, match="leave it out for the default"):
+        gate.parse_policy(text)
+    assert gate.parse_policy(None) == FULL

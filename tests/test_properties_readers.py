@@ -131,6 +131,67 @@ def test_the_strict_json_reader_on_json_like_text(parts):
     assert not safeio.too_deep(value, 8)
 
 
+# -- the TOML and YAML the kit reads: host facts, the kit's pyproject, a results README's front matter -----------------
+NESTING = ["[" * 1200, "]" * 1200, "{a = " * 1200, "{a: " * 1200, "}" * 1200, "- " * 50]
+TOML_BITS = ["[build_host]\n", "[gpu_host]\n", "[build_host.unreachable]\n", "a = ", "9" * 5000, "0x" + "f" * 5000,
+             "1e999", "nan", "inf", '"x"', "[", "]", "{", "}", ",", "\n", "1979-05-27T07:32:00Z", *NESTING]  # fmt: skip
+YAML_BITS = ["date: ", "results: ", "- benchmark: x\n", "a: ", "9" * 5000, "0x" + "f" * 5000, "2026-13-45", "1e999",
+             ".nan", "!!binary zz", "!!python/name:os.system", "&a ", "*a", "[", "]", "{", "}", ",", "\n", "\t",
+             "  ", *NESTING]  # fmt: skip
+
+
+TOML_VALUE = st.sampled_from(["", "a = ", "[gpu_host]\ngpu = "])  # most bits are values: put one where it reads
+
+
+@given(TOML_VALUE, st.lists(st.sampled_from(TOML_BITS) | st.text(max_size=4), max_size=12))
+def test_the_host_facts_reader_on_toml_like_text(start, parts):
+    from flashkit.core.errors import SpecError
+    from flashkit.plan import hosts
+
+    with contextlib.suppress(SpecError):
+        hosts.parse(start + "".join(parts), "hosts.toml")
+
+
+@given(st.lists(st.sampled_from(YAML_BITS) | st.text(max_size=4), max_size=12))
+def test_the_front_matter_reader_on_yaml_like_text(parts):
+    from flashkit.core.errors import SpecError
+    from flashkit.site import results
+
+    with contextlib.suppress(SpecError):
+        assert isinstance(results.front_matter("---\n" + "".join(parts) + "\n---\n", "README.md"), dict)
+
+
+@given(TOML_VALUE, st.lists(st.sampled_from(TOML_BITS) | st.text(max_size=4), max_size=12))
+def test_the_kit_lock_check_on_a_mangled_pyproject(start, parts):
+    """`flashkit lock --kit --check` reads pyproject.toml's dependencies: any text is a list or LockError."""
+    from flashkit.core.errors import LockError
+    from flashkit.locking import kit_lock
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "pyproject.toml").write_text(start + "".join(parts), encoding="utf-8", errors="surrogateescape")
+        with contextlib.suppress(LockError):
+            kit_lock.dependencies(Path(tmp))
+
+
+LOCK_VERSIONS = ["1.26.4", "2." + "7" * 5000, "2.7.1+cu126", "1!2", "x.y", "", "v1", "1" * 70, "2.7.1 ; x", "===1"]
+LOCK_TAILS = ["", " \\\n    --hash=sha256:" + "a" * 64, " ; python_version >= '3.11'", " --hash=md5:x", " #", " -e"]
+LOCK_LINE = st.tuples(st.sampled_from(["torch", "numpy", "a[x]", "-"]), st.sampled_from(LOCK_VERSIONS),
+                      st.sampled_from(LOCK_TAILS) | st.text(max_size=4))  # fmt: skip
+
+
+@given(st.lists(LOCK_LINE, max_size=6))
+def test_the_lockfile_readers_on_lock_like_text(lines):
+    """Every pin either lockfile reader returns has a version that compares (a 5000-digit one is a problem)."""
+    from packaging.specifiers import SpecifierSet
+
+    from flashkit.plan import lock, production
+
+    text = "".join(f"{name}=={version}{tail}\n" for name, version, tail in lines)
+    pins = lock.parse(text)[0] + production.parse_merged(text)[0]
+    for pin in pins:
+        SpecifierSet(">=0").contains(pin.version, prereleases=True)
+
+
 # -- benchmark results -------------------------------------------------------------------------------------------
 ROW = {"impl": "fk_cuda", "mode": "fwd", "head_dim": 64, "seqlen": 128, "batch": 1, "nheads": 8, "tflops": 100.0}
 VALUES = st.sampled_from(["1", "-1", "0", "1e400", "NaN", "Infinity", '"x"', "true", "null", "[]", "{}", "1" * 60])

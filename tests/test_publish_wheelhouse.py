@@ -123,6 +123,17 @@ def test_gate_refusals_write_nothing(setup, tmp_path):
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.parametrize("node", ["fifo", "folder"])
+def test_a_wheel_path_that_is_not_a_file_is_named_so(setup, tmp_path, node):
+    s = setup
+    s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")
+    s["wheel"].unlink()
+    os.mkfifo(s["wheel"]) if node == "fifo" else s["wheel"].mkdir()  # a FIFO would hang a reader
+    r = s["cli"]("--repo", str(s["repo"]), "wheelhouse", ENV, "--out", str(tmp_path / "wh"))
+    assert r.code == 17 and "is not a regular file" in r.err and "is missing" not in r.err, r.err
+    assert not (tmp_path / "wh").exists()
+
+
 def test_changed_lockfile_refuses(setup, tmp_path):
     s = setup
     s["verdicts"](build="passed", abi="passed", cpu="passed", gpu="passed")

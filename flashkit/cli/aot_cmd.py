@@ -18,19 +18,21 @@ from pathlib import Path
 from flashkit.cli.common import plans, root, say
 from flashkit.core import paths, safeio
 from flashkit.core.atomic import write_text_atomic
-from flashkit.core.errors import NotVerified, RecordError, UsageError
+from flashkit.core.errors import LockError, NotVerified, RecordError, UsageError
 from flashkit.core.names import Tier
 from flashkit.images.build import WORK
 from flashkit.ledger import gate, record, store
 from flashkit.locking import env_lock
 from flashkit.plan import triton_pin
-from flashkit.plan.plan import Plan
+from flashkit.plan.plan import MAX_LOCK_BYTES, Plan
 from flashkit.verify import triton_aot
 
 
 def _aot_lock_text(r: Path, plan: Plan) -> str | None:
     path = paths.lock_dir(r, plan.env_id) / triton_pin.AOT_LOCK
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    if not os.path.lexists(path):
+        return None
+    return safeio.read_text(path, what="triton-aot lock", error=LockError, max_bytes=MAX_LOCK_BYTES, root=r)
 
 
 def cmd_lock(r: Path, plan: Plan) -> int:

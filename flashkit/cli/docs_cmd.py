@@ -90,7 +90,9 @@ def changelog_page(r: Path) -> str:
 
 
 def doc_files(r: Path) -> list[Path]:
-    return sorted({p for pattern in FILES for p in r.glob(pattern) if p.is_file()})
+    """The pages whose blocks are generated; a FIFO, a device or a dangling link among them is read, and so
+    refused by name (exit 3), not passed over as if its blocks were up to date."""
+    return sorted({p for pattern in FILES for p in r.glob(pattern) if not p.is_dir()})
 
 
 def fill(text: str, r: Path, shown: str, cache: dict[str, str] | None = None) -> str:

@@ -109,6 +109,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def _bad_usage(args: argparse.Namespace) -> str | None:
+    if not probe.MIN_TIMEOUT_S <= args.timeout <= probe.MAX_TIMEOUT_S:  # NaN fails this too
+        return f"--timeout {args.timeout}: give the limit in seconds ({probe.MIN_TIMEOUT_S:g}-{probe.MAX_TIMEOUT_S})"
     for cap in args.arch:
         if not re.fullmatch(r"\d{1,2}\.\d", cap):
             return f"--arch {cap!r} is not a compute capability like 8.0 or 9.0"

@@ -14,7 +14,7 @@ from flashkit.ledger import device_code, gate, migrate, store
 from flashkit.ledger import merge as ledger_merge
 from flashkit.ledger.model import where_it_ran
 from flashkit.plan.envid import EnvId
-from flashkit.plan.specfile import env_ids
+from flashkit.plan.specfile import env_ids, load_env
 
 
 def cmd_ledger_show(args) -> int:
@@ -22,6 +22,8 @@ def cmd_ledger_show(args) -> int:
     EnvId.parse(args.env)
     ledger = store.load(r, args.env)
     if not ledger.facts:
+        if args.env not in env_ids(r) and not os.path.lexists(store.ledger_path(r, args.env)):
+            load_env(r, args.env)  # neither a spec nor a ledger: an unknown env, named with the nearest known ones
         raise RecordError(f"{args.env} has no ledger yet ({paths.rel(r, store.ledger_path(r, args.env))})")
     for h in ledger.input_hashes():
         print(f"input hash {h}")

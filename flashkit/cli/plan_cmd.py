@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -138,7 +139,9 @@ def cmd_requirements(args) -> int:
     if not re.fullmatch(r"3\.\d+", python):
         raise UsageError(f"--python {python}: give a CPython version such as 3.12")
     from flashkit.doctor import repo as repo_facts
+    from flashkit.ledger import store
 
+    store.load(r, str(spec.id))  # an unreadable ledger: its own error (14, 34), as `ledger show` gives it
     cov = repo_facts.load(r).requirements.get(str(spec.id)) or production.coverage(spec, production.read(r, spec))
     pip, uv = production.install_commands(cov, python)
     if python not in cov.published:
@@ -244,7 +247,7 @@ def _lock_kit(r, args) -> int:
         raise UsageError("--kit locks the kit's own dependencies; give no env with it")
     path = r / kit_lock.FILE
     if args.check:
-        text = path.read_text() if path.is_file() else ""
+        text = kit_lock.read(r) if os.path.lexists(path) else ""
         problems = kit_lock.check(r, text) if text else [f"{kit_lock.FILE} is missing; run `flashkit lock --kit`"]
         if problems:
             raise LockError("\n".join(problems))

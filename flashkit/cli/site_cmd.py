@@ -26,11 +26,12 @@ def run(args) -> int:
     unreadable = store.unreadable(r, [e for e in env_ids(r) if e not in broken])
     for env, exc in unreadable.items():
         say(f"{env}: its row has no verdicts, the ledger is unreadable: {exc}")
-    for problem in plots.charts(r)[1]:
+    uncharted = plots.charts(r)[1]
+    for problem in uncharted:
         say(f"not charted: {problem}")
-    # The page is written from the other envs, but it is not the whole matrix: the exit code says why, as
-    # resolve, matrix and `ledger show` say it (a spec: 3; a ledger: its own code, 14 or 34).
-    codes = [SpecError.exit_code] * bool(broken) + [exc.exit_code for exc in unreadable.values()]
+    # The page is written from the rest, but it is not whole: the exit code says why, as resolve, matrix,
+    # results and `ledger show` say it (a spec or a benchmark result: 3; a ledger: its own code, 14 or 34).
+    codes = [SpecError.exit_code] * bool(broken or uncharted) + [exc.exit_code for exc in unreadable.values()]
     return min(codes, default=0)
 
 
@@ -44,7 +45,8 @@ def register(sub) -> None:
         "checkout gives the same bytes. DIR is replaced whole; a folder that this command did not write is refused, "
         "as is one under /proc, /sys or /dev or inside a git directory (exit 2). An env whose spec does not "
         "validate (exit 3) or whose ledger does not read (exit 14, or 34 for a device-code relation that does not "
-        "hold) is named, and the page is made from the others.",
+        "hold) is named, and the page is made from the others; so is a benchmark result that does not read "
+        "(exit 3), whose chart is left out.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (replaced whole)")
     p.add_argument("--policy", default=gate.DEFAULT_POLICY, help="tiers that must have passed, as for resolve")

@@ -21,6 +21,8 @@ def _tiers(text: str) -> tuple[Tier, ...]:
         tiers = Tier.parse_list(text)
     except ValueError as exc:
         raise UsageError(f"--tiers: {exc}") from None
+    if not tiers:
+        raise UsageError(f"--tiers {text!r}: name at least one tier, e.g. --tiers build,abi,cpu")
     if Tier.ARTIFACT_GPU in tiers:
         raise UsageError(
             "--tiers: artifact-gpu runs on a GPU host (python -m flashkit.evidence.artifact_check); import its result"

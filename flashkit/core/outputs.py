@@ -10,7 +10,9 @@ An output path is refused (a usage error, exit 2, naming the flag and the path) 
   or any folder that holds ``HEAD``, ``objects/`` and ``refs/`` (a bare repository). A file written there
   is a ref, a hook or an object to git, and a folder of them is a broken ref;
 - a folder on the way is a file, or the path itself is something other than what is asked for (a folder for
-  ``-o``; a file, a FIFO, a device or a symlink for a folder that is replaced whole).
+  ``-o``; a file, a FIFO, a device or a symlink for a folder that is replaced whole);
+- it cannot name a file at all: a control character in it (a newline would split every line that names the
+  path, a NUL ends it early), a name longer than a file system takes, or a symlink loop on the way.
 
 A folder that is replaced whole must moreover be new, empty, or recognisably the command's own output
 (``ours``), so that nothing flashkit did not write is ever deleted. :func:`write_folder` stages the new folder
@@ -21,6 +23,7 @@ file system while writing (no space, read-only, permission) into the same usage 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -28,9 +31,13 @@ from pathlib import Path
 
 from flashkit.core.atomic import replace_folder, stage_folder
 from flashkit.core.errors import FlashkitError, UsageError
+from flashkit.core.textcheck import control_characters
 
 SYSTEM_TREES = ("/proc", "/sys", "/dev")
 SHM = Path("/dev/shm")
+# Linux's NAME_MAX and PATH_MAX (bytes): past them every call on the path fails with ENAMETOOLONG.
+NAME_MAX = 255
+PATH_MAX = 4096
 
 
 def _resolved(path: Path) -> Path:
@@ -63,12 +70,39 @@ def _git_dir_above(real: Path) -> Path | None:
     return None
 
 
+def _unnameable(absolute: Path) -> str | None:
+    """Why ``absolute`` cannot name a file (see the module docstring), or None."""
+    bad = control_characters(str(absolute))
+    if bad:
+        return f"holds control characters ({', '.join(bad)})"
+    longest = max(len(os.fsencode(part)) for part in absolute.parts)
+    if longest > NAME_MAX:
+        return f"a name in it is {longest} bytes long; a file system takes at most {NAME_MAX}"
+    if len(os.fsencode(absolute)) >= PATH_MAX:
+        return f"it is {len(os.fsencode(absolute))} bytes long; a path may have at most {PATH_MAX - 1}"
+    here = absolute
+    while not os.path.lexists(here) and here != here.parent:
+        here = here.parent
+    try:
+        os.stat(here)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{here} is a symlink loop"
+    return None
+
+
 def check_path(path: Path | str, *, flag: str, error: type[FlashkitError] = UsageError) -> Path:
     """The absolute ``path`` (as named, symlinks not resolved), refused as the module docstring says when it
     lies in a system tree or a git directory, or when a folder on its way is not a folder. ``error``: the
     class of the refusal, for a command whose output has its own exit code (a key pair's folder: 27)."""
-    shown = f"{flag} {path}"
+    shown = f"{flag} {str(path)!r}" if control_characters(str(path)) else f"{flag} {path}"
     absolute = Path(os.path.abspath(path))
+    why = _unnameable(absolute)
+    if why:
+        raise error(
+            f"{shown}: {why}",
+            hint="name a path of printable characters, each name at most 255 bytes, through no symlink loop",
+        )
     real = _resolved(absolute)
     for tree in SYSTEM_TREES:
         if any(_under(p, Path(tree)) for p in (absolute, real)):

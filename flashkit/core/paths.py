@@ -18,7 +18,8 @@ _MARKERS = (ENVS_DIR, TEMPLATE)
 
 
 def is_repo_root(path: Path) -> bool:
-    return all((path / m).exists() for m in _MARKERS)
+    # os.path: False, not OSError, for a name too long to look up
+    return all(os.path.exists(path / m) for m in _MARKERS)
 
 
 def find_repo_root(start: Path | None = None) -> Path:

@@ -68,6 +68,8 @@ TOP_LEVEL_MODULES = ("flash_attn_2_cuda",)
 
 ENV_TIMEOUT_S = 60
 TORCH_TIMEOUT_S = 240
+# The limits a --timeout may take: subprocess refuses NaN, infinity and anything past about 292 years.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.1, 86400
 TOOL_TIMEOUT_S = 30
 _MARK = "FLASHKIT-PROBE-JSON:"
 
@@ -669,7 +671,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Needs only the standard library (pyelftools for the compiled-module part), so
     it runs on a GPU host or inside an image where the rest of flashkit's
-    dependencies are absent. Exit 0, or 2 when the interpreter could not be inspected.
+    dependencies are absent. Exit 0, or 2 when the interpreter could not be inspected or ``-o`` names a
+    place no output of flashkit's may go (:mod:`flashkit.core.outputs`), refused before the probe runs.
     """
     import argparse
 
@@ -687,14 +690,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
     args = parser.parse_args(argv)
+    if not MIN_TIMEOUT_S <= args.timeout <= MAX_TIMEOUT_S:  # NaN fails this too; subprocess cannot take inf
+        parser.error(f"--timeout {args.timeout}: give the limit in seconds ({MIN_TIMEOUT_S:g}-{MAX_TIMEOUT_S})")
+    if args.output:
+        from flashkit.core import outputs
+        from flashkit.core.errors import FlashkitError
+
+        try:  # the same rule as every -o of flashkit's, checked before the probe runs
+            target = outputs.check_file(args.output, flag="-o")
+        except FlashkitError as exc:
+            print(f"python -m flashkit.doctor.probe: error: {exc}", file=sys.stderr)
+            return exc.exit_code
     facts = probe(args.python, import_torch=not args.no_import, torch_timeout=args.timeout, inspect_elf=not args.no_elf)
     text = json.dumps({"schema_version": FACTS_SCHEMA_VERSION, "facts": facts.to_json()}, indent=2, sort_keys=True)
     if args.output:
-        from pathlib import Path
-
         from flashkit.core.atomic import write_text_atomic
 
-        write_text_atomic(Path(args.output), text + "\n")
+        try:
+            with outputs.writing(target, flag="-o"):
+                write_text_atomic(target, text + "\n")
+        except FlashkitError as exc:
+            print(f"python -m flashkit.doctor.probe: error: {exc}", file=sys.stderr)
+            return exc.exit_code
     else:
         sys.stdout.write(text + "\n")
     return 0 if facts.interpreter is not None else 2

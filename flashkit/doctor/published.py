@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from flashkit.core.errors import FlashkitError, SpecError
+from flashkit.core import safeio
+from flashkit.core.errors import FlashkitError, SpecError, UsageError
 from flashkit.doctor.model import RepoProblem, Verification
 from flashkit.doctor.repo import RepoFacts
 
@@ -82,13 +84,16 @@ def _no_constant(name: str) -> float:
 def fetch(site: str) -> RepoFacts:
     """The publication at ``site`` (an http(s) URL or a local folder) as doctor's facts."""
     url = site if site.endswith("/") else site + "/"
+    if url.startswith("file://"):  # read as the folder it names, with the same checks
+        url = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
     try:
         if "://" in url:
             with urllib.request.urlopen(url + MANIFEST, timeout=TIMEOUT_S) as resp:
                 body = resp.read(MAX_BYTES + 1)
-        else:
-            with open(Path(url) / MANIFEST, "rb") as fh:
-                body = fh.read(MAX_BYTES + 1)
+        else:  # a regular file only: a FIFO or a device there would block or never end
+            body = safeio.read_bytes(Path(url) / MANIFEST, what=MANIFEST, error=UsageError, max_bytes=MAX_BYTES + 1)
+    except UsageError as exc:
+        return _problem(f"--site {site}: {exc}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return _problem(f"--site {site}: {MANIFEST} cannot be read ({getattr(exc, 'reason', exc)})")
     if len(body) > MAX_BYTES:

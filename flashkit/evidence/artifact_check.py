@@ -15,7 +15,9 @@ the report and refuses a result that disagrees with it.
 
 Exit codes: 0 passed; 16 the tier ran and did not pass, or could not run here (the result says why);
 2 usage error (a --cuda-runtime-wheel without its sha256, or without libcudart.so.<CUDA major>; an --out or
---log whose folder does not exist or cannot be written, checked before anything runs); 3 the wheel file is
+--log whose folder does not exist or cannot be written, or that names a place no output of flashkit's may go
+(:mod:`flashkit.core.outputs`: /proc, /dev, a git directory, a folder), checked before anything runs; a
+--timeout outside 1 s to a week); 3 the wheel file is
 missing, or the CUDA runtime wheel is missing, not the pinned file, or not a wheel that can be unpacked
 safely (:mod:`flashkit.evidence.wheelzip`).
 """
@@ -32,12 +34,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+from flashkit.core import outputs
+from flashkit.core.atomic import write_text_atomic
+from flashkit.core.errors import FlashkitError
 from flashkit.evidence import device_code, wheelzip
 from flashkit.evidence.junit import JunitError, junit_counts, junit_failures, suite_verdict
 
 RESULT_SCHEMA = 2
 EXIT_PASSED, EXIT_USAGE, EXIT_NO_WHEEL, EXIT_NOT_VERIFIED = 0, 2, 3, 16
+MAX_TIMEOUT_S = 7 * 24 * 3600  # past a week, subprocess cannot even represent some limits
 
 _TORCH_PROBE = (
     "import json, torch; ok = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
@@ -231,8 +238,8 @@ class Check:
             self.reasons.append(f"the suite did not finish in {self.args.timeout} s")
             return "error"
         if self.args.log:
-            with open(self.args.log, "w") as f:
-                f.write(p.stdout + p.stderr)
+            with outputs.writing(Path(self.args.log), flag="--log"):
+                write_text_atomic(Path(self.args.log), p.stdout + p.stderr)
         where_code = "import flash_kernels, os; print(os.path.realpath(flash_kernels.__file__))"
         rc, where = _run([sys.executable, "-c", where_code], env=env)
         if rc != 0 or not where.strip().startswith(os.path.realpath(target)):
@@ -252,10 +259,9 @@ class Check:
         except JunitError as exc:
             self.reasons.append(f"the suite's JUnit report is unusable: {exc}")
             return "error"
-        kept = os.path.splitext(self.args.out)[0] + ".junit.xml"
-        with open(kept + ".tmp", "w", encoding="utf-8") as f:
-            f.write(xml_text)
-        os.replace(kept + ".tmp", kept)
+        kept = junit_path(self.args.out)
+        with outputs.writing(Path(kept), flag="--out"):
+            write_text_atomic(Path(kept), xml_text)
         self.evidence = {"junit": os.path.basename(kept), "junit_sha256": sha256(kept)}
         verdict, why = suite_verdict(self.counts, exit_code)
         if verdict != "passed":
@@ -333,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_PASSED
     args.selftest_args = argv[cut + 1 :]
+    if not 1 <= args.timeout <= MAX_TIMEOUT_S:
+        print(
+            f"artifact_check: --timeout {args.timeout}: give the suite's limit in seconds (1-{MAX_TIMEOUT_S})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     problem = _output_problem(args)
     if problem:  # before an hour of tests, not when the result is written
         print(f"artifact_check: {problem}", file=sys.stderr)
@@ -340,21 +352,36 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(args.wheel):
         print(f"artifact_check: {args.wheel}: no such wheel file (copy the exported wheel here first)", file=sys.stderr)
         return EXIT_NO_WHEEL
-    with tempfile.TemporaryDirectory(prefix="flashkit-cudart-") as unpacked:
-        problem = runtime_from_wheel(args, unpacked) if args.cuda_runtime_wheel else None
-        if problem:
-            code, why = problem
-            print(f"artifact_check: {why}", file=sys.stderr)
-            return code
-        result = check(args)
-    return write_result(args, result)
+    try:
+        with tempfile.TemporaryDirectory(prefix="flashkit-cudart-") as unpacked:
+            problem = runtime_from_wheel(args, unpacked) if args.cuda_runtime_wheel else None
+            if problem:
+                code, why = problem
+                print(f"artifact_check: {why}", file=sys.stderr)
+                return code
+            result = check(args)
+        return write_result(args, result)
+    except FlashkitError as exc:  # an output that could not be written after all (no space, read-only)
+        print(f"artifact_check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def junit_path(out: str) -> str:
+    """Where the suite's JUnit report is kept: beside the result, named after it."""
+    return os.path.splitext(out)[0] + ".junit.xml"
 
 
 def _output_problem(args: argparse.Namespace) -> str | None:
-    """Why --out (and --log) cannot be written, or None: its folder must exist and take files."""
-    for flag, path in (("--out", args.out), ("--log", args.log)):
+    """Why --out (the result and the report beside it) or --log cannot be written, or None: each is a path any
+    output of flashkit's may take (:mod:`flashkit.core.outputs`: not in /proc, /dev or a git directory, ...),
+    in a folder that exists and takes files."""
+    for flag, path in (("--out", args.out), ("--out", junit_path(args.out)), ("--log", args.log)):
         if path is None:
             continue
+        try:
+            outputs.check_file(path, flag=flag)
+        except FlashkitError as exc:
+            return str(exc)
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
             return f"{flag} {path}: is a folder; name the file to write"
@@ -395,11 +422,8 @@ def runtime_from_wheel(args: argparse.Namespace, dest: str) -> tuple[int, str] |
 
 
 def write_result(args: argparse.Namespace, result: dict) -> int:
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, args.out)
+    with outputs.writing(Path(args.out), flag="--out"):
+        write_text_atomic(Path(args.out), json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(f"artifact-gpu {result['verdict']}: " + "; ".join(result["reasons"]))
     return EXIT_PASSED if result["verdict"] == "passed" else EXIT_NOT_VERIFIED
 

@@ -17,6 +17,7 @@ verdicts (:mod:`flashkit.ledger.record`).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from flashkit.plan.specfile import env_ids, load_each
 def files_of(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
-        if p.is_dir():
+        if os.path.isdir(p):  # os.path: False, not OSError, for a name too long to look up
             found = sorted(p.glob("*.jsonl"))
             if not found:
                 raise RecordError(
@@ -70,10 +71,25 @@ def read(root: Path, paths: Sequence[Path]) -> dict[str, list[Fact]]:
                 )
             by_env.setdefault(fact.env, []).append(fact)
             where.setdefault(fact.id, at[fact.id])
+    _require_readable_ledgers(root)
     for env, facts in by_env.items():
         _require_subjects(root, env, facts, by_env, where)
     _require_own_input_hashes(root, by_env, where)
     return by_env
+
+
+def _require_readable_ledgers(root: Path) -> None:
+    """Every ledger of the checkout reads: the lines are checked against all of them (whose input hash a fact
+    carries, which verdict a relation names), and a merge that skipped one would accept what it would refuse.
+    The error is the one `flashkit ledger show` gives for that env (the lowest code when several do not read)."""
+    bad = store.unreadable(root, record.env_ledgers(root))
+    if bad:
+        env, exc = min(bad.items(), key=lambda item: (item[1].exit_code, item[0]))
+        raise type(exc)(
+            f"the ledger of {env} does not read, so no line can be checked against it; nothing was merged",
+            detail=str(exc),
+            hint=f"`flashkit ledger show {env}` names the problem; restore that ledger from git, then merge again",
+        )
 
 
 def _input_hash_owners(root: Path, by_env: dict[str, list[Fact]]) -> dict[str, set[str]]:

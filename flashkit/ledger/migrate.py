@@ -117,14 +117,17 @@ def facts_of(env: str, data: dict[str, Any], source: str) -> list[Fact]:
     """The ledger facts equivalent to one schema-1 record."""
     if data.get("schema") != 1 or not isinstance(data.get("entries"), dict):
         raise RecordError(f"{source}: not a schema-1 record (no schema 1, no entries)")
+    odd = next((h for h, entry in data["entries"].items() if not isinstance(entry, dict)), None)
+    if odd is not None:
+        raise RecordError(f"{source}: entry {odd[:80]}: not an object, so not a schema-1 entry")
     facts: list[Fact] = []
-    for h, entry in sorted(data["entries"].items(), key=lambda kv: kv[1].get("updated", "")):
+    for h, entry in sorted(data["entries"].items(), key=lambda kv: str(kv[1].get("updated", ""))):
         origin = {"from": source, "entry": h}
         try:
             art = _artifact(env, h, entry, origin)
             verdicts = [_verdict(env, h, art, t, origin) for _name, t in sorted(entry.get("tiers", {}).items())]
             pubs = _publications(env, h, entry, verdicts, origin)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RecordError(f"{source}: entry {h}: cannot be migrated: {type(exc).__name__} {exc}") from None
         facts += [art, *verdicts, *pubs]
     return facts
@@ -171,6 +174,12 @@ def migrate_env(root: Path, env: str) -> tuple[int, Path]:
     archive = Path(root) / store.DIR / ARCHIVE / f"{env}.json"
     origin = f"{store.DIR}/{ARCHIVE}/{env}.json"
     facts = facts_of(env, data, origin)
+    if os.path.lexists(archive):  # the original an earlier migration kept: evidence, never replaced
+        raise RecordError(
+            f"{shown}: {safeio.describe(archive, root)} already holds the schema-1 original of an earlier "
+            "migration; migrating this file would replace it",
+            hint=f"compare the two: if they are the same record, remove {shown} (its facts are in the ledger already)",
+        )
     archive.parent.mkdir(parents=True, exist_ok=True)
     os.replace(legacy, archive)  # before appending: store.load refuses while the schema-1 file is in place
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from flashkit.core import procs
+from flashkit.core import procs, safeio
 from flashkit.core.atomic import write_text_atomic
 from flashkit.core.errors import LockError, ToolError
 from flashkit.locking.uv import uv_binary
@@ -24,6 +24,7 @@ from flashkit.plan import production
 FILE = "lockfiles/kit.txt"
 MIN_PYTHON = "3.11"  # pyproject.toml's requires-python
 EXCLUDE_NEWER = "2026-11-30T00:00:00Z"  # the envs' lock date: a re-lock gives the same pins
+MAX_BYTES = 4 * safeio.MIB  # the lock is about 60 KiB
 
 
 def resolver_args() -> list[str]:
@@ -52,9 +53,22 @@ def header() -> str:
     )
 
 
+def read(root: Path) -> str:
+    """The kit lock's text: a regular file of UTF-8 in the checkout, or LockError naming it."""
+    return safeio.read_text(root / FILE, what="kit lock", error=LockError, max_bytes=MAX_BYTES, root=root)
+
+
 def dependencies(root: Path) -> list[Requirement]:
-    data = tomllib.loads((root / "pyproject.toml").read_text())
-    return [Requirement(r) for r in data["project"]["dependencies"]]
+    text = safeio.read_text(
+        root / "pyproject.toml", what="project file", error=LockError, max_bytes=MAX_BYTES, root=root
+    )
+    try:
+        return [Requirement(r) for r in tomllib.loads(text)["project"]["dependencies"]]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise LockError(
+            f"pyproject.toml: no [project] dependencies to check {FILE} against ({type(exc).__name__}: {exc})",
+            hint="restore pyproject.toml from git",
+        ) from None
 
 
 def check(root: Path, text: str) -> list[str]:

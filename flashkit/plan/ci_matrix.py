@@ -20,7 +20,20 @@ Use in a workflow::
 
 from __future__ import annotations
 
+import re
+
+from flashkit.core.errors import UsageError
 from flashkit.plan.plan import Plan, keep_accepted
+
+# A runner label as GitHub accepts it, and nothing that could end a line of $GITHUB_OUTPUT or a YAML value early.
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_label(flag: str, value: str) -> str:
+    if not LABEL.fullmatch(value):
+        raise UsageError(f"{flag} {value[:200]!r}: a runner label: letters, digits, '.', '_' and '-' (at most 100)")
+    return value
+
 
 CPU_TIERS = "build,abi,cpu"
 GPU_TIERS = "gpu"
@@ -60,6 +73,9 @@ def select(
     plans: list[Plan], named: bool, *, runner: str, gpu_runner: str | None, kind: str | None = None
 ) -> tuple[dict, list[str]]:
     """The matrix of the accepted ``plans`` and why the others were left out."""
+    check_label("--runner", runner)
+    if gpu_runner is not None:
+        check_label("--gpu-runner", gpu_runner)
     kept, skipped = keep_accepted(plans, named)
     rows = [(plan.spec, plan.input_hash, plan.tag) for plan in kept]
     return matrix(rows, runner=runner, gpu_runner=gpu_runner, kind=kind), skipped

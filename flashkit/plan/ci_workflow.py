@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 
 from flashkit.core.errors import UsageError
+from flashkit.plan import ci_matrix
 
 # Full commit SHAs of the release tags named beside them.
 CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683  # v4.2.2"
@@ -44,7 +45,6 @@ DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093  
 CONFIGURE_PAGES = "actions/configure-pages@983d7736d9b0ae728b81ab479565c72886d7745b  # v5.0.0"
 UPLOAD_PAGES = "actions/upload-pages-artifact@fc324d3547104276b827a68afc52ff2a11cc49c9  # v5.0.0"
 DEPLOY_PAGES = "actions/deploy-pages@cd2ce8fcbc39b97be8ca5fce6e763baed58fa128  # v5.0.0"
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _ENV = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
 
 HEADER = """\
@@ -266,10 +266,9 @@ def _check(flag: str, value: str, pattern: re.Pattern[str], what: str) -> str:
 
 def workflow(*, runner: str, gpu_runner: str | None, envs: tuple[str, ...] = ()) -> str:
     """The workflow's text. ``envs``: only these (default: every env the rules accept, decided by ``plan``)."""
-    label = "a runner label: letters, digits, '.', '_' and '-'"
-    _check("--runner", runner, _LABEL, label)
+    ci_matrix.check_label("--runner", runner)
     if gpu_runner is not None:
-        _check("--gpu-runner", gpu_runner, _LABEL, label)
+        ci_matrix.check_label("--gpu-runner", gpu_runner)
     for e in envs:
         _check("env", e, _ENV, "an env id such as cu130-torch211")
     env_args = "".join(f" {e}" for e in envs)

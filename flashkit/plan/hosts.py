@@ -74,6 +74,10 @@ def parse(text: str, shown: str) -> Hosts:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _bad(shown, f"not valid TOML: {exc}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits, which Python refuses to convert
+        raise _bad(shown, f"not a file of host facts: {str(exc)[:120]}") from None
+    except RecursionError:  # tomllib reads nested arrays and tables recursively
+        raise _bad(shown, "nested deeper than any file of host facts") from None
     unknown = sorted(set(data) - {"build_host", "gpu_host"})
     if unknown:
         raise _bad(shown, f"{unknown[0]}: unknown table; allowed: build_host, gpu_host")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from flashkit.plan import compat
 from flashkit.plan.spec import EnvSpec
@@ -154,6 +155,21 @@ def logical_lines(text: str) -> list[str]:
     return logical
 
 
+MAX_VERSION_CHARS = 64  # the longest a lockfile holds is a local version such as 2.7.1+cu126.post20261130
+
+
+def version_problem(version: str) -> str | None:
+    """Why ``version`` cannot be a pinned version (PEP 440, of a sane length), or None. Checked as a pin is read:
+    every later comparison parses it, and a 5000-digit release number is more than Python converts."""
+    if len(version) > MAX_VERSION_CHARS:
+        return f"a version of {len(version)} characters (at most {MAX_VERSION_CHARS})"
+    try:
+        Version(version)
+    except InvalidVersion:
+        return f"{version!r} is not a version (PEP 440)"
+    return None
+
+
 def parse(text: str) -> tuple[list[Pin], list[str]]:
     """Pins in a requirements file written by uv, and problems with lines that are not pins."""
     pins: list[Pin] = []
@@ -171,6 +187,10 @@ def parse(text: str) -> tuple[list[Pin], list[str]]:
         others = [p for p in parts[1:] if not p.startswith("--hash=")]
         if others:
             problems.append(f"{m['name']}: unexpected options {' '.join(others)}")
+        bad = version_problem(m["version"])
+        if bad:
+            problems.append(f"{m['name']}: {bad}")
+            continue
         pins.append(Pin(canonicalize_name(m["name"]), m["version"], hashes))
     return pins, problems
 

@@ -240,7 +240,11 @@ def parse_merged(text: str) -> tuple[list[MarkedPin], dict[str, str], list[str]]
             continue
         specs = list(req.specifier)
         if len(specs) != 1 or specs[0].operator != "==":
-            problems.append(f"{req.name}: not an exact pin ({req.specifier})")
+            problems.append(f"{req.name}: not an exact pin ({str(req.specifier)[:80]})")
+            continue
+        bad = lock.version_problem(specs[0].version)
+        if bad:
+            problems.append(f"{req.name}: {bad}")
             continue
         hashes = tuple(("--hash=" + rest).split()) if rest else ()
         pins.append(MarkedPin(canonicalize_name(req.name), specs[0].version, tuple(h[7:] for h in hashes), req.marker))

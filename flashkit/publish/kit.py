@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashkit.core import procs, safeio
+from flashkit.core import procs
 from flashkit.core.digests import sha256_file
 from flashkit.core.errors import LockError, ToolError
 from flashkit.locking import kit_lock
@@ -24,8 +24,7 @@ SOURCE_DATE_EPOCH = "1764460800"
 
 def build(root: Path, work: Path, uv: str) -> Kit:
     """The kit wheel built into ``work`` from the checkout at ``root``, with the checked kit lock."""
-    lock_path = root / kit_lock.FILE
-    text = safeio.read_text(lock_path, what="kit lock", error=LockError, max_bytes=4 * safeio.MIB, root=root)
+    text = kit_lock.read(root)
     problems = kit_lock.check(root, text)
     if problems:
         raise LockError("\n".join(problems), hint="run `flashkit lock --kit` and commit lockfiles/kit.txt")

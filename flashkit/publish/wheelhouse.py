@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import os
 import shutil
 from pathlib import Path
 
@@ -63,9 +64,10 @@ class VerifiedWheel:
 
 def check_wheel(root: Path, env_id: str, input_hash: str, wheel: Path, policy: Policy) -> VerifiedWheel:
     """The wheel's bytes, then the gate for a build in the ledger that produced exactly those bytes."""
-    if not wheel.is_file():
+    if not os.path.isfile(wheel):  # os.path: False, not OSError, for a name too long to look up
+        what = "is not a regular file" if os.path.lexists(wheel) else "is missing"
         raise PublishRefused(
-            f"{env_id}: the wheel {wheel} is missing", hint=f"run `flashkit build {env_id}` or pass --wheel"
+            f"{env_id}: the wheel {wheel} {what}", hint=f"run `flashkit build {env_id}` or pass --wheel"
         )
     actual = sha256(wheel)
     ledger = store.load(root, env_id)

@@ -38,6 +38,8 @@ def read(path: Path, root: Path) -> dict | str:
             data = unpack.decompress(data, max_length=MAX_UNPACKED_BYTES)
         except lzma.LZMAError as exc:
             raise SpecError(f"{shown}: not an xz file ({exc})") from None
+        if not unpack.eof and unpack.needs_input:  # the stream stops before its end marker
+            raise SpecError(f"{shown}: the xz stream is cut short (a truncated file)")
         if not unpack.eof:
             raise SpecError(f"{shown}: unpacks to more than {MAX_UNPACKED_BYTES // safeio.MIB} MiB")
     if path.name.endswith((".json", ".json.xz")):

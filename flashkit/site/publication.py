@@ -14,7 +14,7 @@ Anything else is refused (exit 2) with what differs; nothing is written.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 from pathlib import Path
 
 from flashkit.core import safeio
@@ -34,15 +34,17 @@ def _read(folder: Path, rel: str) -> bytes:
 def files_of(folder: Path, live: dict) -> dict[str, bytes]:
     """Every file of the publication at ``folder``, checked against ``live`` (env -> current
     WheelPublication fact, as :func:`flashkit.doctor.repo.load` finds them)."""
-    if not (folder / MARKER).is_file() or not (folder / MANIFEST).is_file():
+    # os.path: False, not OSError, for a name too long to look up
+    if not os.path.isfile(folder / MARKER) or not os.path.isfile(folder / MANIFEST):
         raise UsageError(
             f"--with-publication {folder}: not a folder `flashkit publish-wheels` wrote (no {MARKER} or {MANIFEST})"
         )
     manifest = _read(folder, MANIFEST)
-    try:
-        base = json.loads(manifest)["base_url"]
-    except (ValueError, KeyError, TypeError):
-        raise UsageError(f"--with-publication {folder}: {MANIFEST} is not a publication manifest") from None
+    shown = f"--with-publication {folder}: {MANIFEST}"
+    data = safeio.parse_json(manifest, shown=shown, what="publication manifest", error=UsageError)
+    base = data.get("base_url") if isinstance(data, dict) else None
+    if not isinstance(base, str):
+        raise UsageError(f"{shown} is not a publication manifest (no base_url)")
     facts = [f for f in live.values() if f.base_url == base]
     if not facts:
         raise UsageError(

@@ -63,10 +63,13 @@ def front_matter(text: str, shown: str) -> dict:
     end = next(i for i, line in enumerate(lines) if i and line.strip() == "---")
     try:
         value = yaml.safe_load("\n".join(lines[1:end]))
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: 2026-13-45, a 5000-digit integer
         raise SpecError(
-            f"{shown}: the front matter is not valid YAML ({str(exc).splitlines()[0]})", hint=HINT
+            f"{shown}: the front matter is not valid YAML ({(str(exc).splitlines() or [type(exc).__name__])[0][:200]})",
+            hint=HINT,
         ) from None
+    except RecursionError:  # PyYAML composes nested blocks recursively
+        raise SpecError(f"{shown}: the front matter nests deeper than any results README does", hint=HINT) from None
     if not isinstance(value, dict):
         raise SpecError(f"{shown}: the front matter is a mapping of {', '.join(sorted(FOLDER_KEYS))}", hint=HINT)
     return value
