@@ -405,7 +405,7 @@ CASES: dict[str, Case] = {
         lambda r: (full_ledger(r, artifact(ENV, input_hash(r, ENV))), os.mkfifo(r.parent / "w.whl")),
         ("wheelhouse", ENV, "--wheel", "@WHEEL@"),
         17,
-        ("w.whl", "missing"),
+        ("w.whl", "is not a regular file"),
     ),
     "doctor-bad-arch": Case(None, ("doctor", "--arch", "sm_90"), 2, ("--arch", "sm_90")),
     "doctor-root-without-facts": Case(None, ("doctor", "--root", "/"), 2, ("--root",)),
