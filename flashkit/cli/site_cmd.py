@@ -12,12 +12,12 @@ from flashkit.plan.specfile import env_ids
 
 
 def run(args) -> int:
-    from flashkit.site import plots, render  # jinja2 and the templates only for this command
+    from flashkit.site import render  # jinja2 and the templates only for this command
 
     r = root(args)
     outputs.check_path(args.out, flag="--out")  # before the work; write_site checks the folder itself again
     pub = Path(args.with_publication) if args.with_publication else None
-    files, broken = render.site(r, args.policy, pub)
+    files, broken, uncharted = render.site(r, args.policy, pub)
     render.write_site(Path(args.out), files)
     size = sum(len(b) for b in files.values())
     say(f"flashkit site: {len(files)} files, {size / 1024:.0f} KiB, in {args.out} (open index.html)")
@@ -26,7 +26,6 @@ def run(args) -> int:
     unreadable = store.unreadable(r, [e for e in env_ids(r) if e not in broken])
     for env, exc in unreadable.items():
         say(f"{env}: its row has no verdicts, the ledger is unreadable: {exc}")
-    uncharted = plots.charts(r)[1]
     for problem in uncharted:
         say(f"not charted: {problem}")
     # The page is written from the rest, but it is not whole: the exit code says why, as resolve, matrix,

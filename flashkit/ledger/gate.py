@@ -67,10 +67,10 @@ class Policy:
 
 def parse_policy(text: str | None) -> Policy:
     """A named policy (``full``, ``no-gpu``) or a comma list of tiers, ``a|b`` meaning either."""
-    text = (DEFAULT_POLICY if text is None else text).strip()
+    given, text = text, (DEFAULT_POLICY if text is None else text).strip()
     if not text:  # given, but empty: not a quiet way to ask for the default
         raise UsageError(
-            f"--policy '': name a policy ({', '.join(POLICIES)}) or a comma list of tiers; leave it out for "
+            f"--policy {given!r}: name a policy ({', '.join(POLICIES)}) or a comma list of tiers; leave it out for "
             f"the default ({DEFAULT_POLICY})"
         )
     if text in POLICIES:

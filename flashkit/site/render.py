@@ -58,10 +58,10 @@ def pages(root: Path, policy_text: str | None = None) -> dict[str, bytes]:
 
 def site(
     root: Path, policy_text: str | None = None, with_publication: Path | None = None
-) -> tuple[dict[str, bytes], dict[str, str]]:
-    """Every file of the site, and the specs that do not validate (env -> why): the page is made from the
-    others, and says so in each answer, as resolve does. ``with_publication``: a publication folder to serve
-    beside the page, checked against the ledger (:mod:`flashkit.site.publication`)."""
+) -> tuple[dict[str, bytes], dict[str, str], tuple[str, ...]]:
+    """Every file of the site, the specs that do not validate (env -> why) and the benchmark results that do
+    not read (a line each): the page is made from the rest, and says so, as resolve does. ``with_publication``:
+    a publication folder to serve beside the page, checked against the ledger (:mod:`flashkit.site.publication`)."""
     policy = gate.parse_policy(policy_text)
     facts = repo_facts.load(root, policy_text)
     if facts.problem is not None or facts.specs is None:
@@ -118,7 +118,7 @@ def site(
     static = resources.files("flashkit.site") / "static"
     for name in ("site.css", "select.js", "favicon.svg"):
         out[f"assets/{name}"] = (static / name).read_bytes()
-    return out, dict(facts.broken)
+    return out, dict(facts.broken), chart_problems
 
 
 def write_site(out: Path, files: dict[str, bytes]) -> None:
